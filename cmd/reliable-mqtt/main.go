@@ -1,0 +1,24 @@
+// Command reliable-mqtt is a Benthos distribution whose MQTT components
+// survive crashes, outages and broker restarts.
+package main
+
+import (
+	"context"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/io"
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure/extended"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "0.1.0-dev"
+
+func main() {
+	service.RunCLI(context.Background(),
+		service.CLIOptSetBinaryName("reliable-mqtt"),
+		service.CLIOptSetProductName("reliable-mqtt"),
+		service.CLIOptSetVersion(Version, ""),
+	)
+}
