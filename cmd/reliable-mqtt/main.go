@@ -10,6 +10,8 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure/extended"
+
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/all"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".

@@ -1,0 +1,384 @@
+// Package embedded runs the in-process MQTT broker behind `embedded://` URLs.
+//
+// Any MQTT component configured with `urls: [embedded://...]` gets a mochi
+// broker (github.com/mochi-mqtt/server/v2) started once per process per data
+// directory and shared, reference-counted, by every component that names the
+// same directory. Its state lives in DIR/broker.db (bbolt) and survives both a
+// graceful restart and a SIGKILL of the process: client sessions, their
+// subscriptions, messages queued for offline persistent sessions (QoS 1 and
+// 2, with their packet IDs) and retained messages. A PUBACK (or PUBREC) from
+// this broker means the message is on disk: one fsync per publish, shared by
+// concurrent publishers. After a crash, messages may be delivered again
+// (at-least-once), never lost once acknowledged to the publisher (within
+// the max_inflight/max_queued limits below).
+//
+// URL form:
+//
+//		embedded://[?dir=PATH][&listen=HOST:PORT][&max_inflight=N][&max_queued=N]
+//
+//	  - dir: data directory (default ./reliable-mqtt-data/broker, created if
+//	    missing). URLs naming the same directory share one broker.
+//	  - listen: an extra TCP listener so other processes (mosquitto_sub, a
+//	    second pipeline) can connect, e.g. listen=127.0.0.1:1883. Without it
+//	    the broker is reachable only from this process. There is no
+//	    authentication: bind to loopback unless you mean otherwise.
+//	  - max_inflight: QoS 1/2 messages the broker holds per client, sent but
+//	    unacknowledged or queued while it is offline (1–65535, default 65535;
+//	    MQTT packet IDs cap it at 65535). Beyond it the broker drops messages
+//	    for that client.
+//	  - max_queued: packets waiting to be written to one connected client
+//	    (default 100000; mochi's own default is 8192).
+//
+// Nothing else is accepted: a host, a path or an unknown parameter is an
+// error, so a typo never silently starts a broker somewhere unexpected.
+//
+// In-process clients connect to ClientURL(), a private listener on
+// 127.0.0.1 with a port chosen by the kernel.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// Scheme is the URL scheme that selects the embedded broker.
+const Scheme = "embedded"
+
+// DefaultDir is the data directory used when the URL names none.
+const DefaultDir = "./reliable-mqtt-data/broker"
+
+const (
+	paramDir         = "dir"
+	paramListen      = "listen"
+	paramMaxInflight = "max_inflight"
+	paramMaxQueued   = "max_queued"
+
+	defaultMaxInflight = math.MaxUint16
+	defaultMaxQueued   = 100000
+
+	// closeTimeout bounds Release of the last reference: mochi waits for every
+	// client goroutine, and a stuck one must not hang the caller's shutdown.
+	closeTimeout = 10 * time.Second
+)
+
+// Config is a parsed `embedded://` URL.
+type Config struct {
+	Dir         string // data directory as written in the URL (or DefaultDir)
+	Listen      string // extra TCP listener address; empty = in-process only
+	MaxInflight uint16 // per-client limit of unacknowledged/queued QoS>0 messages
+	MaxQueued   int32  // per-client limit of packets waiting to be written
+}
+
+// IsEmbedded reports whether rawURL selects the embedded broker.
+func IsEmbedded(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && u.Scheme == Scheme
+}
+
+// ParseURL parses and validates an `embedded://` URL.
+func ParseURL(rawURL string) (Config, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return Config{}, fmt.Errorf("embedded broker URL %q: %w", rawURL, err)
+	}
+	if u.Scheme != Scheme {
+		return Config{}, fmt.Errorf("embedded broker URL %q: scheme must be %q", rawURL, Scheme)
+	}
+	if u.Host != "" || u.User != nil || u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		return Config{}, fmt.Errorf("embedded broker URL %q: only query parameters are allowed after embedded:// "+
+			"(e.g. embedded://?dir=./data&listen=127.0.0.1:1883); put the data directory in ?dir=", rawURL)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Config{}, fmt.Errorf("embedded broker URL %q: bad query: %w", rawURL, err)
+	}
+
+	cfg := Config{Dir: DefaultDir, MaxInflight: defaultMaxInflight, MaxQueued: defaultMaxQueued}
+	for name, values := range q {
+		if len(values) != 1 {
+			return Config{}, fmt.Errorf("embedded broker URL %q: parameter %q given %d times, give it once", rawURL, name, len(values))
+		}
+		v := values[0]
+		switch name {
+		case paramDir:
+			if v == "" {
+				return Config{}, fmt.Errorf("embedded broker URL %q: dir is empty; omit it for the default %s", rawURL, DefaultDir)
+			}
+			cfg.Dir = v
+		case paramListen:
+			if v == "" {
+				return Config{}, fmt.Errorf("embedded broker URL %q: listen is empty; omit it to stay in-process", rawURL)
+			}
+			cfg.Listen = v
+		case paramMaxInflight:
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil || n == 0 {
+				return Config{}, fmt.Errorf("embedded broker URL %q: max_inflight must be an integer from 1 to 65535, got %q", rawURL, v)
+			}
+			cfg.MaxInflight = uint16(n)
+		case paramMaxQueued:
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n <= 0 {
+				return Config{}, fmt.Errorf("embedded broker URL %q: max_queued must be a positive integer, got %q", rawURL, v)
+			}
+			cfg.MaxQueued = int32(n)
+		default:
+			return Config{}, fmt.Errorf("embedded broker URL %q: unknown parameter %q (known: dir, listen, max_inflight, max_queued)", rawURL, name)
+		}
+	}
+	return cfg, nil
+}
+
+var (
+	loggerMu sync.Mutex
+	logger   = defaultLogger()
+)
+
+// defaultLogger shows warnings and errors only: mochi reports dropped
+// messages as warnings, and those must not pass silently.
+func defaultLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// SetLogger sets the logger that brokers started afterwards use; nil
+// restores the default (warnings and errors to stderr).
+func SetLogger(l *slog.Logger) {
+	if l == nil {
+		l = defaultLogger()
+	}
+	loggerMu.Lock()
+	logger = l
+	loggerMu.Unlock()
+}
+
+// connErrorsAsDebug lowers mochi's message-less listener warnings (one per
+// client connection that ends with an error, e.g. at shutdown) to debug, so
+// the default level shows real problems such as dropped messages.
+type connErrorsAsDebug struct{ slog.Handler }
+
+func (h connErrorsAsDebug) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, l)
+}
+
+func (h connErrorsAsDebug) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "" && r.Level == slog.LevelWarn {
+		r.Level = slog.LevelDebug
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h connErrorsAsDebug) WithAttrs(as []slog.Attr) slog.Handler {
+	return connErrorsAsDebug{h.Handler.WithAttrs(as)}
+}
+
+func (h connErrorsAsDebug) WithGroup(name string) slog.Handler {
+	return connErrorsAsDebug{h.Handler.WithGroup(name)}
+}
+
+func currentLogger() *slog.Logger {
+	loggerMu.Lock()
+	defer loggerMu.Unlock()
+	return logger
+}
+
+// registry holds the running brokers keyed by absolute data directory.
+// Invariant: an entry exists exactly while its refs > 0; the bbolt file of a
+// directory is therefore opened at most once per process.
+var registry = struct {
+	sync.Mutex
+	brokers map[string]*instance
+}{brokers: map[string]*instance{}}
+
+// instance is one running broker shared by every Broker handle on its dir.
+type instance struct {
+	dir       string
+	cfg       Config
+	server    *mqtt.Server
+	store     *storeHook
+	clientURL string
+	listens   map[string]bool // extra listener addresses already open
+	refs      int
+}
+
+// Broker is one caller's reference to a shared embedded broker.
+type Broker struct {
+	inst     *instance
+	released sync.Once
+}
+
+// Acquire starts (or joins) the broker for the URL's data directory and
+// returns a reference to it. Every successful Acquire must be paired with
+// one Release.
+func Acquire(rawURL string) (*Broker, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded broker: resolve data directory %q: %w", cfg.Dir, err)
+	}
+
+	registry.Lock()
+	defer registry.Unlock()
+
+	if inst, ok := registry.brokers[dir]; ok {
+		if err := inst.join(cfg); err != nil {
+			return nil, err
+		}
+		inst.refs++
+		return &Broker{inst: inst}, nil
+	}
+
+	inst, err := start(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	inst.refs = 1
+	registry.brokers[dir] = inst
+	return &Broker{inst: inst}, nil
+}
+
+// ClientURL is the address in-process clients dial, e.g. tcp://127.0.0.1:41234.
+func (b *Broker) ClientURL() string { return b.inst.clientURL }
+
+// Dir is the broker's absolute data directory.
+func (b *Broker) Dir() string { return b.inst.dir }
+
+// Release drops this reference. The last Release closes the broker and its
+// store, waiting at most closeTimeout. Calling Release again is a no-op.
+func (b *Broker) Release() error {
+	var err error
+	b.released.Do(func() {
+		registry.Lock()
+		defer registry.Unlock()
+		b.inst.refs--
+		if b.inst.refs > 0 {
+			return
+		}
+		delete(registry.brokers, b.inst.dir)
+		err = b.inst.close()
+	})
+	return err
+}
+
+// join checks that a later URL for a running broker agrees with it, and
+// opens its extra listener if it asks for a new one.
+func (inst *instance) join(cfg Config) error {
+	if cfg.MaxInflight != inst.cfg.MaxInflight || cfg.MaxQueued != inst.cfg.MaxQueued {
+		return fmt.Errorf("embedded broker for %s already runs with max_inflight=%d max_queued=%d; "+
+			"every embedded:// URL naming this dir must use the same limits (got max_inflight=%d max_queued=%d)",
+			inst.dir, inst.cfg.MaxInflight, inst.cfg.MaxQueued, cfg.MaxInflight, cfg.MaxQueued)
+	}
+	if cfg.Listen == "" || inst.listens[cfg.Listen] {
+		return nil
+	}
+	id := "listen-" + strconv.Itoa(len(inst.listens)+1)
+	if err := inst.server.AddListener(listeners.NewTCP(listeners.Config{ID: id, Address: cfg.Listen})); err != nil {
+		return fmt.Errorf("embedded broker for %s: listen on %s: %w (is the port in use?)", inst.dir, cfg.Listen, err)
+	}
+	inst.server.Listeners.Serve(id, inst.server.EstablishConnection)
+	inst.listens[cfg.Listen] = true
+	return nil
+}
+
+// start opens the store, restores it into a new mochi server and serves.
+func start(dir string, cfg Config) (*instance, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded broker: create data directory %s: %w", dir, err)
+	}
+	log := slog.New(connErrorsAsDebug{currentLogger().Handler()}).With("component", "embedded_broker", "dir", dir)
+
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumInflight = cfg.MaxInflight
+	caps.MaximumClientWritesPending = cfg.MaxQueued
+	caps.ReceiveMaximum = math.MaxUint16
+	// mochi drops queued and retained messages older than this (default one
+	// day); an edge device may stay offline longer, so only a message's own
+	// expiry interval applies.
+	caps.MaximumMessageExpiryInterval = 0
+
+	server := mqtt.New(&mqtt.Options{
+		Capabilities: caps,
+		Logger:       log,
+		InlineClient: true, // used to replay fan-outs interrupted by a crash
+	})
+
+	store := &storeHook{}
+	inst := &instance{dir: dir, cfg: cfg, server: server, store: store, listens: map[string]bool{}}
+	fail := func(err error) (*instance, error) {
+		_ = closeBounded(server) // also stops the hooks, closing the store if it opened
+		return nil, err
+	}
+
+	// No authentication: the private listener is loopback-only, and the
+	// package doc tells users to bind `listen` to loopback.
+	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
+		return fail(fmt.Errorf("embedded broker for %s: add auth hook: %w", dir, err))
+	}
+	if err := server.AddHook(store, filepath.Join(dir, storeFile)); err != nil {
+		return fail(err)
+	}
+
+	private := listeners.NewTCP(listeners.Config{ID: "in-process", Address: "127.0.0.1:0"})
+	if err := server.AddListener(private); err != nil {
+		return fail(fmt.Errorf("embedded broker for %s: open private listener on 127.0.0.1: %w", dir, err))
+	}
+	inst.clientURL = "tcp://" + private.Address()
+
+	if cfg.Listen != "" {
+		if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "listen", Address: cfg.Listen})); err != nil {
+			return fail(fmt.Errorf("embedded broker for %s: listen on %s: %w (is the port in use?)", dir, cfg.Listen, err))
+		}
+		inst.listens[cfg.Listen] = true
+	}
+
+	if err := server.Serve(); err != nil {
+		return fail(fmt.Errorf("embedded broker for %s: start: %w", dir, err))
+	}
+	if err := store.replayFanouts(server); err != nil {
+		return fail(err)
+	}
+	log.Info("embedded broker started", "client_url", inst.clientURL, "listen", cfg.Listen)
+	return inst, nil
+}
+
+func (inst *instance) close() error {
+	if err := closeBounded(inst.server); err != nil {
+		return fmt.Errorf("embedded broker for %s: %w", inst.dir, err)
+	}
+	return inst.store.closeErr()
+}
+
+// closeBounded closes a mochi server (listeners, clients, then hooks, which
+// closes the store), giving up after closeTimeout.
+func closeBounded(server *mqtt.Server) error {
+	done := make(chan struct{})
+	go func() {
+		_ = server.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(closeTimeout):
+		return errors.New("close did not finish within " + closeTimeout.String() +
+			"; a client connection is stuck, the data file may stay locked until the process exits")
+	}
+}

@@ -1,0 +1,118 @@
+package envelope
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Canonical form is what Python's
+//
+//	json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+//
+// prints for the value Python's json.loads made of the input:
+//
+//   - object keys sorted by code point, no whitespace anywhere;
+//   - strings escape only '"', '\\' and control characters below 0x20
+//     (\b \f \n \r \t short, the rest as lowercase \u00XX); everything else,
+//     including U+2028, U+2029, '<', '>', '&' and DEL, stays as raw UTF-8;
+//   - integers print their digits as written (Python ints are unbounded),
+//     except that -0 is the int 0;
+//   - floats print as Python's float repr (see pythonFloatRepr).
+//
+// encoding/json escapes differently, so this file writes the bytes itself.
+
+// Canonical parses payload as strict JSON (the rules in strictjson.go) and
+// returns its canonical form.
+func Canonical(payload []byte) ([]byte, error) {
+	v, err := parseStrict(payload, 0)
+	if err != nil {
+		return nil, malformedf("payload is not strict JSON: %v", err)
+	}
+	return appendValue(make([]byte, 0, len(payload)), v), nil
+}
+
+func appendValue(dst []byte, v *value) []byte {
+	switch v.kind {
+	case kindString:
+		return appendString(dst, v.text)
+	case kindArray:
+		dst = append(dst, '[')
+		for i := range v.elems {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendValue(dst, &v.elems[i])
+		}
+		return append(dst, ']')
+	case kindObject:
+		// members are already sorted by the parser.
+		dst = append(dst, '{')
+		for i := range v.members {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, v.members[i].key)
+			dst = append(dst, ':')
+			dst = appendValue(dst, &v.members[i].val)
+		}
+		return append(dst, '}')
+	default: // null, bool, number: text is already canonical
+		return append(dst, v.text...)
+	}
+}
+
+const lowerHex = "0123456789abcdef"
+
+// appendString writes s as a JSON string the way Python does with
+// ensure_ascii=False. s must be valid UTF-8 (callers check).
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"':
+			dst = append(dst, '\\', '"')
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// pythonFloatRepr formats a finite f like Python's repr(float): the shortest
+// digits that round-trip (strconv's -1 precision finds the same digits), in
+// fixed notation with at least one fractional digit when the decimal
+// exponent is in [-4, 16), otherwise in scientific notation with a signed
+// exponent of at least two digits: 25.2, 1.0, 0.0001, -0.0, 1e+16, 1e-05,
+// 1.5e+300.
+func pythonFloatRepr(f float64) string {
+	sci := strconv.FormatFloat(f, 'e', -1, 64) // d[.ddd]e±XX, at least 2 exponent digits, like Python
+	exp, _ := strconv.Atoi(sci[strings.IndexByte(sci, 'e')+1:])
+	if exp < -4 || exp >= 16 {
+		return sci
+	}
+	fixed := strconv.FormatFloat(f, 'f', -1, 64)
+	if strings.IndexByte(fixed, '.') < 0 {
+		fixed += ".0"
+	}
+	return fixed
+}

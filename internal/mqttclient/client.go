@@ -1,0 +1,381 @@
+// Package mqttclient is the connection layer every reliable-mqtt component
+// uses: broker URLs (including embedded://), credentials, TLS, will, and a
+// reconnect loop with explicit connection state.
+//
+// Each connection is a fresh paho client, called a Conn. That is deliberate:
+// paho's own auto-reconnect hides the CONNACK's session-present flag, keeps
+// resending old publishes from its store, and lets a manual ack from a dead
+// connection leak onto the next one. With one paho client per connection,
+// an ack or publish made on a Conn that has been lost goes nowhere, and the
+// broker's redelivery arrives as a new message on the new Conn.
+package mqttclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
+)
+
+// ErrNotConnected is returned when an operation needs a live connection.
+var ErrNotConnected = errors.New("mqtt: not connected")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("mqtt: client closed")
+
+// Handlers are the hooks a component installs. All are optional.
+type Handlers struct {
+	// OnMessage receives every PUBLISH of the connection, in receive order.
+	// It is installed before CONNECT, so a resumed session's early messages
+	// are never dropped unacknowledged by paho. It runs on paho's network
+	// reader and must never block: a blocked reader misses PINGRESPs and
+	// the connection dies ("pingresp not received").
+	OnMessage func(conn *Conn, msg paho.Message)
+	// OnConnect runs after each CONNACK and before the connection counts as
+	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
+	// connection and a new attempt follows after the backoff.
+	OnConnect func(ctx context.Context, conn *Conn) error
+	// OnLost runs once when a ready connection is lost.
+	OnLost func(conn *Conn, err error)
+}
+
+// Options configure a Client beyond the user's Config.
+type Options struct {
+	// ManualAck disables paho's automatic PUBACK/PUBREC: the caller acks
+	// each message with msg.Ack() when it is safe to.
+	ManualAck bool
+	Logger    *service.Logger
+}
+
+// Conn is one MQTT connection. It is never reused after it is lost.
+type Conn struct {
+	// Gen numbers the connections of one Client, starting at 1.
+	Gen            uint64
+	SessionPresent bool
+
+	paho     paho.Client
+	lostOnce sync.Once
+	lost     chan struct{}
+}
+
+// Lost is closed when the connection is gone.
+func (c *Conn) Lost() <-chan struct{} { return c.lost }
+
+// Alive reports whether the connection has not been lost.
+func (c *Conn) Alive() bool {
+	select {
+	case <-c.lost:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *Conn) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
+
+// Publish sends one message and waits, bounded by ctx, for its completion
+// (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
+func (c *Conn) Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error {
+	if !c.Alive() {
+		return ErrNotConnected
+	}
+	return c.wait(ctx, c.paho.Publish(topic, qos, retained, payload))
+}
+
+// PublishAsync starts a publish and returns its token.
+func (c *Conn) PublishAsync(topic string, qos byte, retained bool, payload []byte) paho.Token {
+	return c.paho.Publish(topic, qos, retained, payload)
+}
+
+// Subscribe subscribes to filters and waits, bounded by ctx, for the SUBACK.
+// A filter the broker refuses (return code 0x80) is an error.
+func (c *Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
+	if len(filters) == 0 {
+		return nil
+	}
+	tok := c.paho.SubscribeMultiple(filters, nil)
+	if err := c.wait(ctx, tok); err != nil {
+		return fmt.Errorf("subscribe %v: %w", keys(filters), err)
+	}
+	st, ok := tok.(*paho.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	for f, code := range st.Result() {
+		if code == 0x80 {
+			return fmt.Errorf("subscribe: the broker refused filter %q (SUBACK 0x80): check its ACLs and the filter syntax", f)
+		}
+	}
+	return nil
+}
+
+// wait waits for a paho token without blocking past ctx or the connection.
+// paho's token.Wait ignores contexts, so select on Done instead.
+func (c *Conn) wait(ctx context.Context, tok paho.Token) error {
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.lost:
+		return ErrNotConnected
+	}
+}
+
+func keys(m map[string]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Client keeps one connection to the broker alive, reconnecting with backoff
+// until Close.
+type Client struct {
+	cfg  Config
+	h    Handlers
+	opts Options
+	log  *service.Logger
+
+	brokerURLs []string
+	embedded   []*embedded.Broker
+
+	mu      sync.Mutex
+	current *Conn         // ready connection, nil while down
+	changed chan struct{} // closed and replaced on every state change
+	gen     uint64
+
+	closing chan struct{}
+	done    chan struct{}
+}
+
+// Start resolves the broker URLs (starting embedded brokers) and begins
+// connecting in the background. It returns without waiting for a broker.
+func Start(cfg Config, h Handlers, opts Options) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ClientID == "" {
+		return nil, errors.New("mqtt: client_id must not be empty")
+	}
+	c := &Client{
+		cfg: cfg, h: h, opts: opts, log: opts.Logger,
+		changed: make(chan struct{}),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	for _, raw := range cfg.URLs {
+		if !embedded.IsEmbedded(raw) {
+			c.brokerURLs = append(c.brokerURLs, raw)
+			continue
+		}
+		b, err := embedded.Acquire(raw)
+		if err != nil {
+			c.releaseEmbedded()
+			return nil, fmt.Errorf("start embedded broker %q: %w", raw, err)
+		}
+		c.embedded = append(c.embedded, b)
+		c.brokerURLs = append(c.brokerURLs, b.ClientURL())
+	}
+	go c.loop()
+	return c, nil
+}
+
+func (c *Client) releaseEmbedded() {
+	for _, b := range c.embedded {
+		if err := b.Release(); err != nil && c.log != nil {
+			c.log.Warnf("Closing embedded broker %s: %v", b.Dir(), err)
+		}
+	}
+	c.embedded = nil
+}
+
+// Current returns the ready connection, or nil while there is none.
+func (c *Client) Current() *Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// Changed returns a channel that is closed at the next state change (a
+// connection becoming ready or being lost).
+func (c *Client) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// WaitReady waits, bounded by ctx, for a ready connection.
+func (c *Client) WaitReady(ctx context.Context) (*Conn, error) {
+	for {
+		c.mu.Lock()
+		cur, ch := c.current, c.changed
+		c.mu.Unlock()
+		if cur != nil && cur.Alive() {
+			return cur, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closing:
+			return nil, ErrClosed
+		}
+	}
+}
+
+func (c *Client) setCurrent(conn *Conn) {
+	c.mu.Lock()
+	c.current = conn
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// Close disconnects (without UNSUBSCRIBE, so a persistent session and its
+// queued messages survive) and stops reconnecting. Bounded by ctx.
+func (c *Client) Close(ctx context.Context) error {
+	select {
+	case <-c.closing:
+	default:
+		close(c.closing)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return fmt.Errorf("mqtt: close timed out: %w", ctx.Err())
+	}
+	c.releaseEmbedded()
+	return nil
+}
+
+func (c *Client) loop() {
+	defer close(c.done)
+	delay := c.cfg.ReconnectInitial
+	for {
+		select {
+		case <-c.closing:
+			return
+		default:
+		}
+		conn, err := c.connect()
+		if err != nil {
+			if c.log != nil {
+				c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.cfg.URLs, delay, err)
+			}
+			select {
+			case <-time.After(delay):
+			case <-c.closing:
+				return
+			}
+			delay = min(delay*2, c.cfg.ReconnectMax)
+			continue
+		}
+		delay = c.cfg.ReconnectInitial
+		c.setCurrent(conn)
+		if c.log != nil {
+			c.log.Infof("MQTT connected to %v as %q (session present: %v)", c.cfg.URLs, c.cfg.ClientID, conn.SessionPresent)
+		}
+		select {
+		case <-conn.lost:
+			c.setCurrent(nil)
+			if c.log != nil {
+				c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
+			}
+			if c.h.OnLost != nil {
+				c.h.OnLost(conn, ErrNotConnected)
+			}
+			conn.paho.Disconnect(0)
+		case <-c.closing:
+			c.setCurrent(nil)
+			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.
+			conn.paho.Disconnect(250)
+			conn.markLost()
+			return
+		}
+	}
+}
+
+// connect makes one connection attempt, runs OnConnect and returns the
+// ready connection.
+func (c *Client) connect() (*Conn, error) {
+	c.gen++
+	conn := &Conn{Gen: c.gen, lost: make(chan struct{})}
+	o := paho.NewClientOptions().
+		SetClientID(c.cfg.ClientID).
+		SetCleanSession(c.cfg.CleanSession).
+		SetUsername(c.cfg.User).
+		SetPassword(c.cfg.Password).
+		SetKeepAlive(c.cfg.KeepAlive).
+		SetPingTimeout(c.cfg.ConnectTimeout).
+		SetConnectTimeout(c.cfg.ConnectTimeout).
+		SetWriteTimeout(c.cfg.ConnectTimeout).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetResumeSubs(false).
+		// Receive order is needed to PUBACK in order (MQTT 3.1.1 §4.6);
+		// OnMessage is therefore required never to block.
+		SetOrderMatters(true).
+		SetAutoAckDisabled(c.opts.ManualAck).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			if c.log != nil && err != nil {
+				c.log.Debugf("MQTT connection lost: %v", err)
+			}
+			conn.markLost()
+		})
+	for _, u := range c.brokerURLs {
+		o.AddBroker(u)
+	}
+	if c.cfg.TLS != nil {
+		o.SetTLSConfig(c.cfg.TLS)
+	}
+	if w := c.cfg.Will; w != nil {
+		o.SetBinaryWill(w.Topic, w.Payload, w.QoS, w.Retained)
+	}
+	if c.h.OnMessage != nil {
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { c.h.OnMessage(conn, m) })
+	}
+	conn.paho = paho.NewClient(o)
+
+	tok := conn.paho.Connect()
+	select {
+	case <-tok.Done():
+	case <-time.After(c.cfg.ConnectTimeout + time.Second):
+		conn.paho.Disconnect(0)
+		return nil, errors.New("connect timed out")
+	case <-c.closing:
+		conn.paho.Disconnect(0)
+		return nil, ErrClosed
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	if ct, ok := tok.(*paho.ConnectToken); ok {
+		conn.SessionPresent = ct.SessionPresent()
+	}
+	if c.h.OnConnect != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
+		go func() {
+			select {
+			case <-c.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := c.h.OnConnect(ctx, conn)
+		cancel()
+		if err != nil {
+			conn.paho.Disconnect(0)
+			conn.markLost()
+			return nil, fmt.Errorf("after connect: %w", err)
+		}
+	}
+	return conn, nil
+}

@@ -1,0 +1,183 @@
+package mqttclient
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// Field names shared by every MQTT component of reliable-mqtt. They match the
+// names of Benthos's own MQTT components where one exists.
+const (
+	FieldURLs             = "urls"
+	FieldClientID         = "client_id"
+	FieldUser             = "user"
+	FieldPassword         = "password"
+	FieldTLS              = "tls"
+	FieldKeepAlive        = "keepalive"
+	FieldConnectTimeout   = "connect_timeout"
+	FieldWill             = "will"
+	FieldWillEnabled      = "enabled"
+	FieldWillTopic        = "topic"
+	FieldWillPayload      = "payload"
+	FieldWillQoS          = "qos"
+	FieldWillRetained     = "retained"
+	FieldReconnect        = "reconnect_backoff"
+	FieldReconnectInitial = "initial_interval"
+	FieldReconnectMax     = "max_interval"
+)
+
+// Will is the last-will message the broker publishes if the connection dies
+// without a DISCONNECT.
+type Will struct {
+	Topic    string
+	Payload  []byte
+	QoS      byte
+	Retained bool
+}
+
+// Config is everything needed to reach a broker.
+type Config struct {
+	URLs           []string
+	ClientID       string
+	User           string
+	Password       string
+	TLS            *tls.Config // nil: plain connections
+	KeepAlive      time.Duration
+	ConnectTimeout time.Duration
+	Will           *Will
+	// ReconnectInitial and ReconnectMax bound the exponential delay between
+	// connection attempts; the client never gives up on its own.
+	ReconnectInitial time.Duration
+	ReconnectMax     time.Duration
+	CleanSession     bool
+}
+
+// ConnectionFields are the spec fields every MQTT component shares, except
+// client_id, whose meaning differs between the input (required, it names a
+// persistent session) and the output (generated and stored in the outbox).
+func ConnectionFields() []*service.ConfigField {
+	return []*service.ConfigField{
+		service.NewStringListField(FieldURLs).
+			Description("Broker URLs, tried in order: `tcp://host:1883`, `ssl://host:8883`, `ws://host:80/mqtt`, `wss://...`, or `embedded://` for the in-process broker (query parameters `dir` for its data directory and `listen` for a TCP listener other processes can reach, e.g. `embedded://?dir=./data/broker&listen=127.0.0.1:1883`).").
+			Example([]string{"tcp://127.0.0.1:1883"}).
+			Example([]string{"embedded://"}),
+		service.NewStringField(FieldUser).
+			Description("Username for the broker.").Default("").Advanced(),
+		service.NewStringField(FieldPassword).
+			Description("Password for the broker.").Default("").Secret().Advanced(),
+		service.NewTLSToggledField(FieldTLS),
+		service.NewDurationField(FieldKeepAlive).
+			Description("MQTT keepalive: the interval of PINGREQs on an idle connection.").
+			Default("30s").Advanced(),
+		service.NewDurationField(FieldConnectTimeout).
+			Description("How long one connection attempt (TCP, TLS and CONNACK) may take.").
+			Default("10s").Advanced(),
+		service.NewObjectField(FieldWill,
+			service.NewBoolField(FieldWillEnabled).Description("Whether to set a last will.").Default(false),
+			service.NewStringField(FieldWillTopic).Description("Topic of the last will.").Default(""),
+			service.NewStringField(FieldWillPayload).Description("Payload of the last will.").Default(""),
+			service.NewIntField(FieldWillQoS).Description("QoS of the last will.").Default(0),
+			service.NewBoolField(FieldWillRetained).Description("Whether the last will is retained.").Default(false),
+		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
+		service.NewObjectField(FieldReconnect,
+			service.NewDurationField(FieldReconnectInitial).Description("Delay before the first reconnection attempt.").Default("250ms"),
+			service.NewDurationField(FieldReconnectMax).Description("The delay doubles after each failed attempt up to this bound. Attempts never stop.").Default("10s"),
+		).Description("Reconnection backoff. The client reconnects by itself forever; connectivity shows in logs and metrics.").Advanced(),
+	}
+}
+
+// ParseConfig reads the fields of ConnectionFields. The caller fills ClientID
+// and CleanSession.
+func ParseConfig(pc *service.ParsedConfig) (Config, error) {
+	var c Config
+	var err error
+	if c.URLs, err = pc.FieldStringList(FieldURLs); err != nil {
+		return c, err
+	}
+	if c.User, err = pc.FieldString(FieldUser); err != nil {
+		return c, err
+	}
+	if c.Password, err = pc.FieldString(FieldPassword); err != nil {
+		return c, err
+	}
+	tlsConf, tlsOn, err := pc.FieldTLSToggled(FieldTLS)
+	if err != nil {
+		return c, err
+	}
+	if tlsOn {
+		c.TLS = tlsConf
+	}
+	if c.KeepAlive, err = pc.FieldDuration(FieldKeepAlive); err != nil {
+		return c, err
+	}
+	if c.ConnectTimeout, err = pc.FieldDuration(FieldConnectTimeout); err != nil {
+		return c, err
+	}
+	if c.ReconnectInitial, err = pc.FieldDuration(FieldReconnect, FieldReconnectInitial); err != nil {
+		return c, err
+	}
+	if c.ReconnectMax, err = pc.FieldDuration(FieldReconnect, FieldReconnectMax); err != nil {
+		return c, err
+	}
+	willOn, err := pc.FieldBool(FieldWill, FieldWillEnabled)
+	if err != nil {
+		return c, err
+	}
+	if willOn {
+		w := &Will{}
+		if w.Topic, err = pc.FieldString(FieldWill, FieldWillTopic); err != nil {
+			return c, err
+		}
+		payload, err := pc.FieldString(FieldWill, FieldWillPayload)
+		if err != nil {
+			return c, err
+		}
+		w.Payload = []byte(payload)
+		qos, err := pc.FieldInt(FieldWill, FieldWillQoS)
+		if err != nil {
+			return c, err
+		}
+		if qos < 0 || qos > 2 {
+			return c, fmt.Errorf("will.qos must be 0, 1 or 2, got %d", qos)
+		}
+		w.QoS = byte(qos)
+		if w.Retained, err = pc.FieldBool(FieldWill, FieldWillRetained); err != nil {
+			return c, err
+		}
+		c.Will = w
+	}
+	return c, c.Validate()
+}
+
+// Validate checks what can be checked without a broker.
+func (c Config) Validate() error {
+	if len(c.URLs) == 0 {
+		return errors.New("urls: at least one broker URL is required")
+	}
+	for _, raw := range c.URLs {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return fmt.Errorf("urls: %q is not a URL: %w", raw, err)
+		}
+		switch u.Scheme {
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss", "embedded":
+		default:
+			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
+		}
+	}
+	if c.Will != nil && c.Will.Topic == "" {
+		return errors.New("will.topic must be set when will.enabled is true")
+	}
+	if c.ConnectTimeout <= 0 {
+		return errors.New("connect_timeout must be positive")
+	}
+	if c.ReconnectInitial <= 0 || c.ReconnectMax < c.ReconnectInitial {
+		return errors.New("reconnect_backoff: initial_interval must be positive and max_interval at least initial_interval")
+	}
+	return nil
+}

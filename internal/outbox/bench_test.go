@@ -1,0 +1,135 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var benchPayload = make([]byte, 100)
+
+// BenchmarkAppend64Writers measures durable (fsync'd) appends with 64
+// concurrent writers and group commit.
+func BenchmarkAppend64Writers(b *testing.B) {
+	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
+	const writers = 64
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if _, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkAppendSerial measures one writer: one fsync per append.
+func BenchmarkAppendSerial(b *testing.B) {
+	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// fillBacklog writes n records in large transactions through the
+// committer's own append path (one fsync per 50k records) and returns the
+// first and last seq.
+func fillBacklog(b *testing.B, o *Outbox, n int) (first, last uint64) {
+	b.Helper()
+	const perTx = 50_000
+	for done := 0; done < n; {
+		batch := make([]*request, 0, perTx)
+		for i := 0; i < perTx && done+i < n; i++ {
+			id := fmt.Sprintf("backlog-%d", done+i)
+			batch = append(batch, &request{ctx: context.Background(), entry: &Entry{EventID: id, Topic: "bench/topic", Payload: benchPayload},
+				size: size(id, "bench/topic", benchPayload), done: make(chan struct{}, 1)})
+		}
+		o.mu.Lock()
+		o.reservedN += len(batch)
+		for _, r := range batch {
+			o.reservedBytes += r.size
+		}
+		o.mu.Unlock()
+		o.commit(batch)
+		for _, r := range batch {
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+			if first == 0 {
+				first = r.rec.Seq
+			}
+			last = r.rec.Seq
+		}
+		done += len(batch)
+	}
+	return first, last
+}
+
+// BenchmarkRemove removes single records (one fsync'd transaction each)
+// from the front of a backlog, to show Remove does not slow with backlog size.
+func BenchmarkRemove(b *testing.B) {
+	for _, pending := range []int{1000, 1_000_000} {
+		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
+			o := openBench(b)
+			first, _ := fillBacklog(b, o, pending+b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := o.Remove(first + uint64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := o.Stats(); st.Pending != pending {
+				b.Fatalf("Stats.Pending = %d, want %d", st.Pending, pending)
+			}
+		})
+	}
+}
+
+// BenchmarkRead reads 100-record pages from the front of a 100k backlog.
+func BenchmarkRead(b *testing.B) {
+	o := openBench(b)
+	const pending, page = 100_000, 100
+	first, _ := fillBacklog(b, o, pending)
+	b.ResetTimer()
+	after := first - 1
+	for i := 0; i < b.N; i++ {
+		recs, err := o.Read(after, page)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(recs) < page {
+			after = first - 1
+			continue
+		}
+		after = recs[len(recs)-1].Seq
+	}
+	b.ReportMetric(float64(b.N*page)/b.Elapsed().Seconds(), "records/s")
+}
+
+func openBench(b *testing.B) *Outbox {
+	return openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
+}

@@ -1,0 +1,317 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// request is one Append (entry != nil) or Remove (seqs) handed to the
+// committer.
+type request struct {
+	ctx   context.Context
+	entry *Entry
+	size  int64
+	seqs  []uint64
+
+	// Results, written by the committer before it signals done.
+	rec  Record
+	err  error
+	done chan struct{}
+
+	// Per-attempt state.
+	settled bool // has its final result; left out of further attempts
+	added   bool // this attempt appended a new record
+}
+
+// entryFailure aborts an attempt because one request failed after it may
+// have written into the transaction; the attempt is redone without it.
+type entryFailure struct {
+	req  *request
+	err  error
+	skip bool // a participant returned ErrSkip: settle with success, nothing appended
+}
+
+func (e *entryFailure) Error() string { return e.err.Error() }
+
+// commitLoop is the single writer. It takes every request that is waiting
+// (up to MaxBatch) and commits them in one transaction: one fsync for the
+// whole group. It never waits for more requests to arrive.
+func (o *Outbox) commitLoop() {
+	defer close(o.committerDone)
+	batch := make([]*request, 0, min(o.opts.MaxBatch, 1024))
+	for {
+		select {
+		case r := <-o.reqs:
+			batch = append(batch[:0], r)
+		case <-o.closing:
+			return
+		}
+		batch = o.drain(batch)
+		o.commit(batch)
+		for i := range batch {
+			batch[i].done <- struct{}{}
+			batch[i] = nil
+		}
+	}
+}
+
+// drain adds every request that is ready to batch. Writers woken by the
+// previous commit may not have run yet; yielding once lets them queue up so
+// the next transaction carries them all instead of a few (the rest would
+// wait a whole fsync). With one writer this costs a scheduler pass, not a
+// timed delay.
+func (o *Outbox) drain(batch []*request) []*request {
+	for yielded := false; len(batch) < o.opts.MaxBatch; {
+		select {
+		case r := <-o.reqs:
+			batch = append(batch, r)
+			yielded = false
+		default:
+			if yielded {
+				return batch
+			}
+			runtime.Gosched()
+			yielded = true
+		}
+	}
+	return batch
+}
+
+// delta is what one committed attempt changes in Stats.
+type delta struct {
+	pending     int
+	bytes       int64
+	oldest      time.Time
+	oldestKnown bool
+}
+
+// commit settles every request in batch.
+func (o *Outbox) commit(batch []*request) {
+	for _, r := range batch {
+		if r.entry != nil && r.ctx.Err() != nil {
+			o.settle(r, Record{}, fmt.Errorf("outbox file %s: nothing appended: %w", o.path, r.ctx.Err()))
+		}
+	}
+	var d delta
+	for {
+		var err error
+		d, err = o.attempt(batch)
+		var failure *entryFailure
+		if errors.As(err, &failure) {
+			// The transaction was rolled back; redo it without this request.
+			if failure.skip {
+				e := failure.req.entry
+				o.settle(failure.req, Record{EventID: e.EventID, Topic: e.Topic, Payload: e.Payload}, nil)
+			} else {
+				o.settle(failure.req, Record{}, failure.err)
+			}
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("outbox file %s: commit failed, nothing from this group was written: %w", o.path, err)
+			for _, r := range batch {
+				if !r.settled {
+					o.settle(r, Record{}, err)
+				}
+			}
+			d = delta{}
+		}
+		break
+	}
+
+	added := false
+	o.mu.Lock()
+	o.stats.Pending += d.pending
+	o.stats.PendingBytes += d.bytes
+	if d.oldestKnown {
+		o.stats.Oldest = d.oldest
+	}
+	for _, r := range batch {
+		if r.entry != nil {
+			o.reservedN--
+			o.reservedBytes -= r.size
+			added = added || r.added
+		}
+	}
+	o.wakeWaitersLocked()
+	o.mu.Unlock()
+
+	if added {
+		select {
+		case o.appended <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (o *Outbox) settle(r *request, rec Record, err error) {
+	r.rec, r.err, r.settled, r.added = rec, err, true, false
+}
+
+// attempt runs one transaction over the unsettled requests. Results of
+// requests that succeed are provisional until it returns nil.
+func (o *Outbox) attempt(batch []*request) (delta, error) {
+	var d delta
+	now := time.Now()
+	err := o.db.Update(func(tx *bolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		ids := tx.Bucket(bucketIDs)
+		meta := tx.Bucket(bucketMeta)
+		// Keys only ever grow, so full pages split cheaply.
+		records.FillPercent = 1.0
+		removed := false
+		d = delta{}
+		for _, r := range batch {
+			if r.settled {
+				continue
+			}
+			r.added = false
+			if r.entry == nil {
+				n, nbytes, err := o.remove(records, ids, r.seqs)
+				if err != nil {
+					return &entryFailure{req: r, err: err}
+				}
+				d.pending -= n
+				d.bytes -= nbytes
+				removed = removed || n > 0
+				r.err = nil
+				continue
+			}
+			if err := o.append(tx, records, ids, r, now); err != nil {
+				return err
+			}
+			if r.added {
+				d.pending++
+				d.bytes += r.size
+			}
+		}
+		if d.pending == 0 && d.bytes == 0 && !removed {
+			return nil
+		}
+		o.mu.Lock()
+		pending, pendingBytes := o.stats.Pending+d.pending, o.stats.PendingBytes+d.bytes
+		wasEmpty := o.stats.Pending == 0
+		o.mu.Unlock()
+		if err := putUint(meta, keyPending, uint64(pending)); err != nil {
+			return err
+		}
+		if err := putUint(meta, keyPendingBytes, uint64(pendingBytes)); err != nil {
+			return err
+		}
+		if removed || wasEmpty {
+			d.oldestKnown = true
+			if _, v := records.Cursor().First(); v != nil {
+				d.oldest, _ = enqueuedOf(v)
+			}
+		}
+		return nil
+	})
+	return d, err
+}
+
+// append adds one entry inside tx, or settles it as a duplicate or conflict.
+// It returns an *entryFailure if the transaction must be redone without it.
+func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now time.Time) error {
+	e := r.entry
+	id := []byte(e.EventID)
+	var existing *Record
+	if k := ids.Get(id); k != nil {
+		seq := seqFromKey(k)
+		view, err := decodeRecord(records.Get(k))
+		if err != nil {
+			// Nothing written for this entry yet: settle it and go on.
+			o.settle(r, Record{}, fmt.Errorf("event %q: %w", e.EventID, corruptError(o.path, seq, err)))
+			return nil
+		}
+		if !bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) {
+			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
+				ErrEventIDConflict, e.EventID, o.path, seq))
+			return nil
+		}
+		rec := view.record(seq)
+		existing = &rec
+	}
+
+	for _, p := range e.Participants {
+		if err := runParticipant(p, tx); err != nil {
+			if errors.Is(err, ErrSkip) {
+				return &entryFailure{req: r, err: err, skip: true}
+			}
+			return &entryFailure{req: r, err: fmt.Errorf("outbox file %s: event %q not appended: a transaction participant failed: %w", o.path, e.EventID, err)}
+		}
+	}
+	if existing != nil {
+		r.rec, r.err = *existing, nil
+		return nil
+	}
+
+	seq, err := records.NextSequence()
+	if err != nil {
+		return err
+	}
+	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
+	key := seqKey(seq)
+	if err := records.Put(key, encodeRecord(&rec)); err != nil {
+		return err
+	}
+	if err := ids.Put(id, key); err != nil {
+		return err
+	}
+	r.rec, r.err, r.added = rec, nil, true
+	return nil
+}
+
+// runParticipant turns a participant's panic into an error, so a bug in
+// another component fails its entry instead of killing the committer.
+func runParticipant(p func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("participant panicked: %v", r)
+		}
+	}()
+	return p(tx)
+}
+
+// remove deletes the given records and their index entries inside tx.
+//
+// Invariant: this is the only code that deletes from outbox/records, and it
+// runs only for Remove, which the sender calls after each record's
+// confirmation. A record it cannot decode is refused, not dropped.
+func (o *Outbox) remove(records, ids *bolt.Bucket, seqs []uint64) (n int, nbytes int64, err error) {
+	for _, seq := range seqs {
+		key := seqKey(seq)
+		v := records.Get(key)
+		if v == nil {
+			continue
+		}
+		view, err := decodeRecord(v)
+		if err != nil {
+			return 0, 0, corruptError(o.path, seq, err)
+		}
+		if k := ids.Get(view.eventID); k != nil && seqFromKey(k) == seq {
+			if err := ids.Delete(view.eventID); err != nil {
+				return 0, 0, err
+			}
+		}
+		nbytes += view.size()
+		if err := records.Delete(key); err != nil {
+			return 0, 0, err
+		}
+		n++
+	}
+	return n, nbytes, nil
+}
+
+func seqFromKey(k []byte) uint64 {
+	if len(k) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(k)
+}

@@ -1,0 +1,442 @@
+// Package outbox is the durable FIFO behind reliable_mqtt_out: records are
+// written to a bbolt file (fsync'd) before the writer is told they are
+// accepted, and a sender delivers them in order and removes each one after
+// its confirmation.
+//
+// Invariant: a record leaves the outbox only through Remove, which the sender
+// calls after the record's confirmation. Nothing else ever deletes a record —
+// not Open, not Close, not a corrupt neighbour, not a failed commit.
+//
+// Layout, in a file shared through boltfile (so a dedup ledger can live in
+// the same file and commit in the same transaction):
+//
+//	outbox/records  seq (8-byte big-endian) -> record value (record.go)
+//	outbox/ids      event ID -> seq
+//	outbox/meta     "pending", "pending_bytes" (8-byte big-endian), "client_id"
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+)
+
+var (
+	bucketRecords = []byte("outbox/records")
+	bucketIDs     = []byte("outbox/ids")
+	bucketMeta    = []byte("outbox/meta")
+
+	keyPending      = []byte("pending")
+	keyPendingBytes = []byte("pending_bytes")
+	keyClientID     = []byte("client_id")
+)
+
+// ErrSkip, returned by a participant, means the entry's effect already
+// happened: nothing is appended and Append returns nil.
+var ErrSkip = errors.New("outbox: entry skipped by participant")
+
+// ErrEventIDConflict means the event ID is already pending with a different
+// topic or payload.
+var ErrEventIDConflict = errors.New("event ID conflict")
+
+// ErrClosed is returned by calls on a closed outbox.
+var ErrClosed = errors.New("outbox closed")
+
+// ErrCorrupt marks a stored record that cannot be decoded.
+var ErrCorrupt = errors.New("corrupt outbox record")
+
+// closeTimeout bounds how long Close waits for a commit in progress.
+const closeTimeout = 10 * time.Second
+
+// Entry is what a writer appends.
+type Entry struct {
+	EventID string
+	Topic   string
+	Payload []byte
+
+	// Participants run inside the append transaction, before commit, so
+	// another component (the dedup ledger) can commit its own state in the
+	// same bbolt transaction. They also run when the event ID is already
+	// pending with identical content. A participant returning ErrSkip means
+	// "the effect already happened": nothing is appended and Append returns
+	// nil with Seq 0. Any other error fails only this entry: the group's
+	// transaction is rolled back and redone without it.
+	Participants []func(tx *bolt.Tx) error
+}
+
+// Options tune an outbox.
+type Options struct {
+	// MaxPending bounds the number of records; 0 = unbounded. Append blocks
+	// while the outbox is full (backpressure, never a drop).
+	MaxPending int
+	// MaxPendingBytes bounds event ID + topic + payload bytes; 0 = unbounded.
+	// A single entry larger than the bound is admitted when the outbox is
+	// otherwise empty, so it cannot wait forever.
+	MaxPendingBytes int64
+	// MaxBatch bounds the records (and removals) per transaction; default 1024.
+	MaxBatch int
+}
+
+// Stats describes the backlog. Kept in memory and in outbox/meta, never
+// computed by scanning.
+type Stats struct {
+	Pending      int
+	PendingBytes int64
+	Oldest       time.Time // zero if empty
+}
+
+// Outbox is a durable FIFO in one bbolt file. Safe for concurrent use.
+type Outbox struct {
+	file     *boltfile.File
+	db       *bolt.DB
+	path     string
+	opts     Options
+	clientID string
+
+	reqs          chan *request // unbuffered: a send succeeds only while the committer runs
+	closing       chan struct{}
+	committerDone chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
+	appended      chan struct{}
+
+	mu            sync.Mutex
+	stats         Stats // committed state; written only by the committer
+	reservedN     int   // admitted appends not yet committed
+	reservedBytes int64
+	freed         chan struct{} // closed and replaced whenever space is freed
+}
+
+// One outbox per file per process: two senders would deliver and remove the
+// same records.
+var (
+	inUseMu sync.Mutex
+	inUse   = map[string]bool{}
+)
+
+// Open opens (or creates) the outbox in the bbolt file at path. The file's
+// directory must exist.
+func Open(path string, opts Options) (*Outbox, error) {
+	if opts.MaxPending < 0 || opts.MaxPendingBytes < 0 || opts.MaxBatch < 0 {
+		return nil, fmt.Errorf("outbox file %s: max_pending, max_pending_bytes and max batch must not be negative", path)
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = 1024
+	}
+	f, err := boltfile.Acquire(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening outbox: %w", err)
+	}
+	inUseMu.Lock()
+	if inUse[f.Path()] {
+		inUseMu.Unlock()
+		_ = f.Release()
+		return nil, fmt.Errorf("outbox file %s is already used by another reliable_mqtt_out in this process; give each output its own outbox path", f.Path())
+	}
+	inUse[f.Path()] = true
+	inUseMu.Unlock()
+
+	o := &Outbox{
+		file:          f,
+		db:            f.DB(),
+		path:          f.Path(),
+		opts:          opts,
+		reqs:          make(chan *request),
+		closing:       make(chan struct{}),
+		committerDone: make(chan struct{}),
+		appended:      make(chan struct{}, 1),
+		freed:         make(chan struct{}),
+	}
+	if err := o.load(); err != nil {
+		o.unregister()
+		_ = f.Release()
+		return nil, err
+	}
+	go o.commitLoop()
+	return o, nil
+}
+
+// load reads the counters and client ID, creating the buckets and the ID
+// only if they are missing (an existing outbox is not written at open, so it
+// can be opened and drained on a full disk).
+func (o *Outbox) load() error {
+	ready := false
+	err := o.db.View(func(tx *bolt.Tx) error {
+		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
+		if records == nil || tx.Bucket(bucketIDs) == nil || meta == nil || meta.Get(keyClientID) == nil {
+			return nil
+		}
+		o.loadFrom(records, meta)
+		ready = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
+	}
+	if ready {
+		return nil
+	}
+	err = o.db.Update(func(tx *bolt.Tx) error {
+		records, err := tx.CreateBucketIfNotExists(bucketRecords)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if meta.Get(keyClientID) != nil {
+			o.loadFrom(records, meta)
+			return nil
+		}
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		o.clientID = "reliable-mqtt-" + hex.EncodeToString(b[:])
+		return meta.Put(keyClientID, []byte(o.clientID))
+	})
+	if err != nil {
+		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
+	}
+	return nil
+}
+
+func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
+	o.stats.Pending = int(getUint(meta, keyPending))
+	o.stats.PendingBytes = int64(getUint(meta, keyPendingBytes))
+	if _, v := records.Cursor().First(); v != nil {
+		o.stats.Oldest, _ = enqueuedOf(v)
+	}
+	o.clientID = string(meta.Get(keyClientID))
+}
+
+// Path returns the outbox file's absolute path.
+func (o *Outbox) Path() string { return o.path }
+
+// ClientID returns the MQTT client ID generated once for this file.
+func (o *Outbox) ClientID() (string, error) { return o.clientID, nil }
+
+// Appended is signalled after each commit that added records.
+func (o *Outbox) Appended() <-chan struct{} { return o.appended }
+
+// Stats returns the committed backlog. O(1).
+func (o *Outbox) Stats() Stats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stats
+}
+
+// Append stores e and returns after it is committed to disk. An event ID
+// already pending with the same topic and payload returns the pending
+// record; with different content it fails with ErrEventIDConflict. While
+// the outbox is full Append waits for space until ctx is done (a retried
+// duplicate waits too: admission happens before the index is consulted).
+// Once the committer has taken the entry, Append waits for the commit's
+// result whatever ctx does, so an error always means "not appended" and nil
+// means "on disk" (Seq 0: skipped by a participant).
+func (o *Outbox) Append(ctx context.Context, e Entry) (Record, error) {
+	if e.EventID == "" {
+		return Record{}, fmt.Errorf("outbox file %s: entry has an empty event ID", o.path)
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, fmt.Errorf("outbox file %s: nothing appended: %w", o.path, err)
+	}
+	sz := size(e.EventID, e.Topic, e.Payload)
+	if err := o.reserve(ctx, sz); err != nil {
+		return Record{}, err
+	}
+	r := &request{ctx: ctx, entry: &e, size: sz, done: make(chan struct{}, 1)}
+	select {
+	case o.reqs <- r:
+	case <-o.closing:
+		o.unreserve(sz)
+		return Record{}, fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+	}
+	// Once handed over the result is always awaited: the committer answers
+	// every request it took, and the caller must learn whether it committed.
+	<-r.done
+	return r.rec, r.err
+}
+
+// Read returns up to max records with Seq > afterSeq, oldest first.
+func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("outbox file %s: Read max must be positive, got %d", o.path, max)
+	}
+	if afterSeq == ^uint64(0) {
+		return nil, nil
+	}
+	if o.isClosed() {
+		return nil, fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+	}
+	var out []Record
+	err := o.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
+			seq := binary.BigEndian.Uint64(k)
+			view, err := decodeRecord(v)
+			if err != nil {
+				return corruptError(o.path, seq, err)
+			}
+			out = append(out, view.record(seq))
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			return out, err
+		}
+		return out, fmt.Errorf("reading outbox file %s: %w", o.path, err)
+	}
+	return out, nil
+}
+
+// Remove deletes confirmed records and their event-ID index entries. Seqs
+// that are not pending are ignored. Only the sender calls it, after each
+// record's confirmation (see the package invariant).
+func (o *Outbox) Remove(seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	r := &request{ctx: context.Background(), seqs: seqs, done: make(chan struct{}, 1)}
+	select {
+	case o.reqs <- r:
+	case <-o.closing:
+		return fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+	}
+	<-r.done
+	return r.err
+}
+
+// Close stops the committer and releases the file. Appends waiting for
+// space or not yet taken by the committer fail with ErrClosed; a commit in
+// progress finishes first (bounded by closeTimeout).
+func (o *Outbox) Close() error {
+	o.closeOnce.Do(func() {
+		close(o.closing)
+		select {
+		case <-o.committerDone:
+		case <-time.After(closeTimeout):
+			o.closeErr = fmt.Errorf("outbox file %s: a commit did not finish within %s; the file is left open", o.path, closeTimeout)
+			return
+		}
+		o.unregister()
+		if err := o.file.Release(); err != nil {
+			o.closeErr = fmt.Errorf("closing outbox: %w", err)
+		}
+	})
+	return o.closeErr
+}
+
+func (o *Outbox) isClosed() bool {
+	select {
+	case <-o.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func (o *Outbox) unregister() {
+	inUseMu.Lock()
+	delete(inUse, o.path)
+	inUseMu.Unlock()
+}
+
+// reserve admits an append of sz bytes, waiting while the outbox is full.
+// Admitted appends count against the limits until the committer settles
+// them, so concurrent writers cannot overshoot MaxPending.
+func (o *Outbox) reserve(ctx context.Context, sz int64) error {
+	for {
+		o.mu.Lock()
+		if o.fits(sz) {
+			o.reservedN++
+			o.reservedBytes += sz
+			o.mu.Unlock()
+			return nil
+		}
+		freed := o.freed
+		pending, pendingBytes := o.stats.Pending, o.stats.PendingBytes
+		o.mu.Unlock()
+		select {
+		case <-freed:
+		case <-o.closing:
+			return fmt.Errorf("outbox file %s: %w while waiting for space", o.path, ErrClosed)
+		case <-ctx.Done():
+			return fmt.Errorf("outbox file %s is full (%d records, %d bytes pending; max_pending %d, max_pending_bytes %d); nothing appended: %w",
+				o.path, pending, pendingBytes, o.opts.MaxPending, o.opts.MaxPendingBytes, ctx.Err())
+		}
+	}
+}
+
+// fits reports whether sz more bytes may be admitted. Caller holds o.mu.
+func (o *Outbox) fits(sz int64) bool {
+	n := o.stats.Pending + o.reservedN
+	if o.opts.MaxPending > 0 && n >= o.opts.MaxPending {
+		return false
+	}
+	if o.opts.MaxPendingBytes > 0 && n > 0 && o.stats.PendingBytes+o.reservedBytes+sz > o.opts.MaxPendingBytes {
+		return false
+	}
+	return true
+}
+
+// unreserve returns an admission that never reached the committer.
+func (o *Outbox) unreserve(sz int64) {
+	o.mu.Lock()
+	o.reservedN--
+	o.reservedBytes -= sz
+	o.wakeWaitersLocked()
+	o.mu.Unlock()
+}
+
+// wakeWaitersLocked wakes every Append waiting for space. Caller holds o.mu.
+func (o *Outbox) wakeWaitersLocked() {
+	close(o.freed)
+	o.freed = make(chan struct{})
+}
+
+// CorruptRecordError names a stored record that cannot be decoded. It is
+// errors.Is ErrCorrupt. Readers may skip past Seq; nothing deletes it.
+type CorruptRecordError struct {
+	Path string
+	Seq  uint64
+	Err  error
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("outbox file %s: record seq %d: %v (%v); it is left in place: restore the file from a backup or remove the record by hand", e.Path, e.Seq, ErrCorrupt, e.Err)
+}
+
+func (e *CorruptRecordError) Unwrap() error { return ErrCorrupt }
+
+func corruptError(path string, seq uint64, err error) error {
+	return &CorruptRecordError{Path: path, Seq: seq, Err: err}
+}
+
+func getUint(b *bolt.Bucket, key []byte) uint64 {
+	v := b.Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putUint(b *bolt.Bucket, key []byte, n uint64) error {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], n)
+	return b.Put(key, v[:])
+}

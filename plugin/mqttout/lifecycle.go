@@ -1,0 +1,195 @@
+package mqttout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	bolt "go.etcd.io/bbolt"
+)
+
+// closeTimeout bounds Close: Benthos hands Close a context without deadline.
+const closeTimeout = 5 * time.Second
+
+// maxMQTTPayload is the largest payload an MQTT 3.1.1 PUBLISH can carry
+// (the remaining-length limit less a maximal topic and packet ID).
+const maxMQTTPayload = 268435455 - 2 - 65535 - 2
+
+type output struct {
+	s   settings
+	log *service.Logger
+	m   *metrics
+
+	mu     sync.Mutex
+	ob     *outbox.Outbox // nil in direct mode
+	client *mqttclient.Client
+	acks   *ackInbox
+	sender *sender // outbox mode
+	direct *direct // direct mode
+	stop   context.CancelFunc
+}
+
+func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
+	s, err := parseSettings(conf)
+	if err != nil {
+		return nil, err
+	}
+	return &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}, nil
+}
+
+// Connect opens the outbox and starts connecting to the broker in the
+// background: with an outbox, writes are accepted while the broker is away.
+func (o *output) Connect(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.client != nil {
+		return nil
+	}
+	cfg := o.s.client
+	if o.s.outboxOn {
+		if err := os.MkdirAll(filepath.Dir(o.s.outboxPath), 0o755); err != nil {
+			return fmt.Errorf("creating the directory of outbox %s: %w", o.s.outboxPath, err)
+		}
+		ob, err := outbox.Open(o.s.outboxPath, o.s.outboxOpts)
+		if err != nil {
+			return err
+		}
+		if cfg.ClientID == "" {
+			if cfg.ClientID, err = ob.ClientID(); err != nil {
+				_ = ob.Close()
+				return err
+			}
+		}
+		o.ob = ob
+	}
+	// A stable client ID names a session worth keeping: ACKs that arrive
+	// while we are disconnected wait for us at the broker.
+	cfg.CleanSession = cfg.ClientID == ""
+	if cfg.ClientID == "" {
+		cfg.ClientID = "reliable-mqtt-" + envelope.NewEventID()[:16]
+	}
+
+	o.acks = newAckInbox()
+	handlers := mqttclient.Handlers{}
+	if o.s.endToEnd {
+		handlers.OnConnect = func(ctx context.Context, conn *mqttclient.Conn) error {
+			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
+		}
+		handlers.OnMessage = func(_ *mqttclient.Conn, msg paho.Message) { o.onAck(msg) }
+	}
+	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
+	if err != nil {
+		if o.ob != nil {
+			_ = o.ob.Close()
+			o.ob = nil
+		}
+		return err
+	}
+	o.client = client
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	o.stop = cancel
+	if o.ob != nil {
+		o.sender = newSender(o.s, o.ob, client, o.acks, o.m, o.log)
+		go o.sender.run(runCtx)
+		go o.m.watchOutbox(runCtx, o.ob, o.log, o.s.statsInterval)
+	} else {
+		o.direct = newDirect(o.s, client, o.acks, o.m)
+		go o.direct.run(runCtx)
+	}
+	return nil
+}
+
+// onAck runs on paho's network reader: decode and hand over, never block.
+func (o *output) onAck(msg paho.Message) {
+	id, err := envelope.DecodeAck(msg.Payload())
+	if err != nil {
+		o.m.ackIgnored(reasonMalformed)
+		o.log.Warnf("Ignoring malformed ACK on %q: %v", msg.Topic(), err)
+		return
+	}
+	if !o.acks.push(id) {
+		o.m.ackIgnored(reasonOverflow)
+		o.log.Warnf("Ignoring ACK for event %s: too many ACKs waiting to be processed", id)
+	}
+}
+
+func (o *output) Write(ctx context.Context, msg *service.Message) error {
+	o.mu.Lock()
+	ob, d := o.ob, o.direct
+	o.mu.Unlock()
+	if ob == nil && d == nil {
+		return service.ErrNotConnected
+	}
+	rec, err := o.buildRecord(msg)
+	if err != nil {
+		return err
+	}
+	if d != nil {
+		return d.send(ctx, rec)
+	}
+	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload}
+	for _, run := range commit.ParticipantsFor(msg.Context(), ob.Path()) {
+		entry.Participants = append(entry.Participants, skipWhenApplied(run))
+	}
+	if _, err := ob.Append(ctx, entry); err != nil {
+		return fmt.Errorf("event %s not stored in outbox %s: %w", rec.eventID, ob.Path(), err)
+	}
+	return nil
+}
+
+// skipWhenApplied translates the commit package's "already applied" into the
+// outbox's "append nothing for this entry".
+func skipWhenApplied(run func(tx *bolt.Tx) error) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		err := run(tx)
+		if errors.Is(err, commit.ErrAlreadyApplied) {
+			return outbox.ErrSkip
+		}
+		return err
+	}
+}
+
+// Close stops the sender and disconnects. Records still in flight stay in
+// the outbox for the next start.
+func (o *output) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stop != nil {
+		o.stop()
+	}
+	var errs []error
+	if o.sender != nil {
+		if err := o.sender.wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.direct != nil {
+		o.direct.wait(ctx)
+	}
+	if o.client != nil {
+		if err := o.client.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.ob != nil {
+		if err := o.ob.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	o.ob, o.client, o.sender, o.direct, o.stop = nil, nil, nil, nil, nil
+	return errors.Join(errs...)
+}

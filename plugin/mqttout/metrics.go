@@ -1,0 +1,92 @@
+package mqttout
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+)
+
+// Reasons an ACK is ignored, the label of the acks_ignored counter.
+const (
+	reasonMalformed = "malformed"  // not a valid reliomq v1 ACK
+	reasonUnknown   = "unknown"    // no published, unconfirmed record has this ID
+	reasonDuplicate = "duplicate"  // the record was confirmed already
+	reasonOverflow  = "overflow"   // too many ACKs queued for the sender
+)
+
+type metrics struct {
+	pending      *service.MetricGauge
+	pendingBytes *service.MetricGauge
+	oldestAgeMs  *service.MetricGauge
+	published    *service.MetricCounter
+	confirmed    *service.MetricCounter
+	retried      *service.MetricCounter
+	ignored      *service.MetricCounter
+	latency      *service.MetricTimer
+	connected    *service.MetricGauge
+
+	// Totals for the periodic log line.
+	nPublished, nConfirmed, nRetried atomic.Int64
+}
+
+func newMetrics(m *service.Metrics) *metrics {
+	return &metrics{
+		pending:      m.NewGauge("reliable_mqtt_out_pending"),
+		pendingBytes: m.NewGauge("reliable_mqtt_out_pending_bytes"),
+		oldestAgeMs:  m.NewGauge("reliable_mqtt_out_oldest_pending_age_ms"),
+		published:    m.NewCounter("reliable_mqtt_out_published"),
+		confirmed:    m.NewCounter("reliable_mqtt_out_confirmed"),
+		retried:      m.NewCounter("reliable_mqtt_out_retried"),
+		ignored:      m.NewCounter("reliable_mqtt_out_acks_ignored", "reason"),
+		latency:      m.NewTimer("reliable_mqtt_out_confirm_latency_ns"),
+		connected:    m.NewGauge("reliable_mqtt_out_connected"),
+	}
+}
+
+func (m *metrics) ackIgnored(reason string) { m.ignored.Incr(1, reason) }
+
+func (m *metrics) onPublished() { m.published.Incr(1); m.nPublished.Add(1) }
+func (m *metrics) onRetried()   { m.retried.Incr(1); m.nRetried.Add(1) }
+func (m *metrics) onConfirmed(latency time.Duration) {
+	m.confirmed.Incr(1)
+	m.nConfirmed.Add(1)
+	m.latency.Timing(latency.Nanoseconds())
+}
+
+// watchOutbox refreshes the outbox gauges once a second and, when every > 0,
+// logs a summary line that often.
+func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *service.Logger, every time.Duration) {
+	tick := time.Second
+	if every > 0 && every < tick {
+		tick = every
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastLog := time.Now()
+	var lastPub, lastConf int64
+	for {
+		st := ob.Stats()
+		if every > 0 && time.Since(lastLog) >= every {
+			pub, conf := m.nPublished.Load(), m.nConfirmed.Load()
+			log.Infof("Outbox %s: %d published, %d confirmed in the last %s; %d pending (%d bytes)",
+				ob.Path(), pub-lastPub, conf-lastConf, every, st.Pending, st.PendingBytes)
+			lastPub, lastConf, lastLog = pub, conf, time.Now()
+		}
+		m.pending.Set(int64(st.Pending))
+		m.pendingBytes.Set(st.PendingBytes)
+		if st.Oldest.IsZero() {
+			m.oldestAgeMs.Set(0)
+		} else {
+			m.oldestAgeMs.Set(time.Since(st.Oldest).Milliseconds())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

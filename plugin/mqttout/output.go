@@ -1,0 +1,267 @@
+// Package mqttout is the reliable_mqtt_out output: a durable bbolt outbox in
+// front of a QoS 1 publisher that keeps every message until it is confirmed,
+// by the broker's PUBACK or end to end by an application ACK.
+package mqttout
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+)
+
+const (
+	fieldClientID        = "client_id"
+	fieldTopic           = "topic"
+	fieldEventID         = "event_id"
+	fieldConfirm         = "confirm"
+	fieldDataTopic       = "data_topic"
+	fieldAckTopic        = "ack_topic"
+	fieldEnvelope        = "envelope"
+	fieldOutbox          = "outbox"
+	fieldOutboxEnabled   = "enabled"
+	fieldOutboxPath      = "path"
+	fieldOutboxMaxCount  = "max_pending"
+	fieldOutboxMaxBytes  = "max_pending_bytes"
+	fieldWindow          = "window"
+	fieldAckTimeout      = "ack_timeout"
+	fieldPublishTimeout  = "publish_timeout"
+	fieldRetry           = "retry_backoff"
+	fieldMaxPayloadBytes = "max_payload_bytes"
+	fieldStatsInterval   = "stats_interval"
+
+	confirmBroker    = "broker"
+	confirmEndToEnd  = "end_to_end"
+	envelopeNone     = "none"
+	envelopeDelivery = "delivery"
+)
+
+func outputSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Stable().
+		Categories("Services").
+		Summary("Publishes to MQTT through a durable outbox: a message is fsync'd before the pipeline is told it is done, then published QoS 1 in FIFO order and kept until it is confirmed.").
+		Description(`
+With the outbox on (the default), `+"`Write`"+` returns once the message is durable in a bbolt file; concurrent writes share one fsync (group commit). A background sender publishes the outbox oldest first, with up to `+"`window`"+` unconfirmed messages on the wire, and deletes a record only after its confirmation:
+
+- `+"`confirm: broker`"+`: the broker's PUBACK. This proves only that the broker accepted the message; brokers can and do drop QoS 1 messages after PUBACK (full queues, offline-session limits).
+- `+"`confirm: end_to_end`"+`: the message is published as a reliomq v1 ingress envelope to `+"`data_topic`"+`, and the record is done only when an ACK carrying its exact `+"`event_id`"+` arrives on `+"`ack_topic`"+` — sent by a `+"`reliable_mqtt_in`"+` with `+"`ack_topic`"+` set (a bridge), or by any reliomq bridge.
+
+On a timeout, a disconnect or a publish error the sender resends from the oldest unconfirmed record, so a newer message never overtakes an older one, and nothing is deleted because of a failure. The delivery guarantee is at least once: a message can be published more than once (a lost PUBACK or ACK), always under the same `+"`event_id`"+`, so consumers can deduplicate (see `+"`dedup_ledger`"+`).
+
+The outbox is store-and-forward: writes are accepted while the broker is unreachable, until `+"`outbox.max_pending`"+` or `+"`outbox.max_pending_bytes`"+` is reached; then writes block (backpressure), they are never dropped.
+
+With `+"`outbox.enabled: false`"+` (direct mode) `+"`Write`"+` returns only after the confirmation, or fails after the timeout so that the upstream message is not acknowledged and is retried. Use it for a bridge whose source must only be acknowledged once the destination confirmed.
+
+Use `+"`buffer: none`"+` (the default) in reliable pipelines: a buffer acknowledges the input before this output has the message.
+
+With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.`).
+		Fields(mqttclient.ConnectionFields()...).
+		Fields(
+			service.NewStringField(fieldClientID).
+				Description("MQTT client ID. By default an ID is generated once and stored in the outbox file, so a restarted process resumes its session (and receives the ACKs that arrived while it was away). Without an outbox a random ID and a clean session are used.").
+				Default(""),
+			service.NewInterpolatedStringField(fieldTopic).
+				Description("The destination topic of each message. It must be a valid publish topic: not empty, no `+` or `#` wildcards, no NUL, at most 65535 bytes.").
+				Example(`factory/${! meta("machine") }/data`),
+			service.NewInterpolatedStringField(fieldEventID).
+				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ.").
+				Default("").
+				Example(`${! meta("event_id") }`),
+			service.NewStringAnnotatedEnumField(fieldConfirm, map[string]string{
+				confirmBroker:   "A record is done at the broker's PUBACK.",
+				confirmEndToEnd: "Publish a reliomq v1 ingress envelope to `data_topic`; a record is done when an ACK with its exact event ID arrives on `ack_topic`.",
+			}).Description("What confirms a record.").Default(confirmBroker),
+			service.NewStringField(fieldDataTopic).
+				Description("With `confirm: end_to_end`: the topic the ingress envelopes are published to (the bridge subscribes to it).").
+				Default("reliomq/messages"),
+			service.NewStringField(fieldAckTopic).
+				Description("With `confirm: end_to_end`: the topic on which ACKs arrive.").
+				Default("reliomq/acks"),
+			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
+				envelopeNone:     "Publish the payload bytes unchanged.",
+				envelopeDelivery: "Wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate.",
+			}).Description("With `confirm: broker`: how the payload is published.").Default(envelopeNone),
+			service.NewObjectField(fieldOutbox,
+				service.NewBoolField(fieldOutboxEnabled).Description("Keep messages in a durable outbox until confirmed. When false, `Write` waits for the confirmation itself (direct mode).").Default(true),
+				service.NewStringField(fieldOutboxPath).Description("Path of the bbolt outbox file (required when enabled). One process owns it; it may be shared with a `dedup_ledger` of the same pipeline so that both commit in one transaction.").Default("").Example("./data/outbox.db"),
+				service.NewIntField(fieldOutboxMaxCount).Description("At most this many pending records; `Write` blocks while full. 0 means unbounded.").Default(0),
+				service.NewIntField(fieldOutboxMaxBytes).Description("At most this many pending bytes; `Write` blocks while full. 0 means unbounded.").Default(0),
+			).Description("The durable outbox."),
+			service.NewIntField(fieldWindow).
+				Description("How many unconfirmed messages may be on the wire at once. 1 is strict stop-and-wait.").
+				Default(64),
+			service.NewDurationField(fieldAckTimeout).
+				Description("With `confirm: end_to_end`: how long to wait for a published message's ACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
+				Default("10s"),
+			service.NewDurationField(fieldPublishTimeout).
+				Description("How long to wait for a PUBACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
+				Default("5s"),
+			service.NewObjectField(fieldRetry,
+				service.NewDurationField("initial_interval").Description("Delay before the first resend after a failure.").Default("100ms"),
+				service.NewDurationField("max_interval").Description("The delay doubles with each consecutive failure up to this bound.").Default("10s"),
+			).Description("Delay between resends after a failure.").Advanced(),
+			service.NewIntField(fieldMaxPayloadBytes).
+				Description("Writes whose published payload would exceed this many bytes fail with an error instead of being stored.").
+				Default(1<<20).Advanced(),
+			service.NewDurationField(fieldStatsInterval).
+				Description("Log a line with the number of published, confirmed and pending records this often. `0s` turns it off; the same figures are always available as metrics.").
+				Default("0s").Advanced(),
+			service.NewOutputMaxInFlightField().Default(64),
+		).
+		LintRule(`root = match {
+  this.confirm == "end_to_end" && this.envelope == "delivery" => [ "envelope: delivery applies to confirm: broker; end_to_end always sends the ingress envelope" ],
+  this.outbox.enabled && this.outbox.path == "" => [ "outbox.path is required while outbox.enabled is true" ],
+}`).
+		Example("Durable publisher", "Generate readings and publish them through the outbox on the embedded broker.", `
+input:
+  generate:
+    interval: 1s
+    mapping: 'root = {"temperature": random_int(min: 15, max: 30)}'
+output:
+  reliable_mqtt_out:
+    urls: [ "embedded://" ]
+    topic: factory/machine1/data
+    outbox:
+      path: ./data/outbox.db
+`).
+		Example("End-to-end confirmed publisher", "Each message stays in the outbox until a bridge ACKs its event ID.", `
+output:
+  reliable_mqtt_out:
+    urls: [ "tcp://127.0.0.1:1883" ]
+    topic: factory/machine1/data
+    confirm: end_to_end
+    data_topic: reliable/ingress
+    ack_topic: reliable/acks
+    outbox:
+      path: ./data/outbox.db
+`)
+}
+
+func init() {
+	err := service.RegisterOutput("reliable_mqtt_out", outputSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.Output, int, error) {
+			maxInFlight, err := conf.FieldMaxInFlight()
+			if err != nil {
+				return nil, 0, err
+			}
+			o, err := newOutput(conf, mgr)
+			return o, maxInFlight, err
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// settings is the parsed, validated configuration.
+type settings struct {
+	client          mqttclient.Config
+	topic           *service.InterpolatedString
+	eventID         *service.InterpolatedString
+	endToEnd        bool
+	deliveryEnv     bool
+	dataTopic       string
+	ackTopic        string
+	outboxOn        bool
+	outboxPath      string
+	outboxOpts      outbox.Options
+	window          int
+	ackTimeout      time.Duration
+	publishTimeout  time.Duration
+	retryInitial    time.Duration
+	retryMax        time.Duration
+	maxPayloadBytes int
+	statsInterval   time.Duration
+}
+
+func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
+	if s.client, err = mqttclient.ParseConfig(conf); err != nil {
+		return s, err
+	}
+	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
+		return s, err
+	}
+	if s.topic, err = conf.FieldInterpolatedString(fieldTopic); err != nil {
+		return s, err
+	}
+	if s.eventID, err = conf.FieldInterpolatedString(fieldEventID); err != nil {
+		return s, err
+	}
+	confirm, err := conf.FieldString(fieldConfirm)
+	if err != nil {
+		return s, err
+	}
+	s.endToEnd = confirm == confirmEndToEnd
+	env, err := conf.FieldString(fieldEnvelope)
+	if err != nil {
+		return s, err
+	}
+	s.deliveryEnv = env == envelopeDelivery
+	if s.endToEnd && s.deliveryEnv {
+		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end always sends the ingress envelope")
+	}
+	if s.dataTopic, err = conf.FieldString(fieldDataTopic); err != nil {
+		return s, err
+	}
+	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
+		return s, err
+	}
+	if s.outboxOn, err = conf.FieldBool(fieldOutbox, fieldOutboxEnabled); err != nil {
+		return s, err
+	}
+	if s.outboxPath, err = conf.FieldString(fieldOutbox, fieldOutboxPath); err != nil {
+		return s, err
+	}
+	if s.outboxOn && s.outboxPath == "" {
+		return s, errors.New("outbox.path is required while outbox.enabled is true (or set outbox.enabled: false for direct mode)")
+	}
+	if s.outboxOpts.MaxPending, err = conf.FieldInt(fieldOutbox, fieldOutboxMaxCount); err != nil {
+		return s, err
+	}
+	maxBytes, err := conf.FieldInt(fieldOutbox, fieldOutboxMaxBytes)
+	if err != nil {
+		return s, err
+	}
+	s.outboxOpts.MaxPendingBytes = int64(maxBytes)
+	if s.outboxOpts.MaxPending < 0 || maxBytes < 0 {
+		return s, errors.New("outbox.max_pending and outbox.max_pending_bytes must not be negative")
+	}
+	if s.window, err = conf.FieldInt(fieldWindow); err != nil {
+		return s, err
+	}
+	if s.window < 1 {
+		return s, fmt.Errorf("window must be at least 1, got %d", s.window)
+	}
+	if s.ackTimeout, err = conf.FieldDuration(fieldAckTimeout); err != nil {
+		return s, err
+	}
+	if s.publishTimeout, err = conf.FieldDuration(fieldPublishTimeout); err != nil {
+		return s, err
+	}
+	if s.ackTimeout <= 0 || s.publishTimeout <= 0 {
+		return s, errors.New("ack_timeout and publish_timeout must be positive")
+	}
+	if s.retryInitial, err = conf.FieldDuration(fieldRetry, "initial_interval"); err != nil {
+		return s, err
+	}
+	if s.retryMax, err = conf.FieldDuration(fieldRetry, "max_interval"); err != nil {
+		return s, err
+	}
+	if s.retryInitial <= 0 || s.retryMax < s.retryInitial {
+		return s, errors.New("retry_backoff: initial_interval must be positive and max_interval at least initial_interval")
+	}
+	if s.maxPayloadBytes, err = conf.FieldInt(fieldMaxPayloadBytes); err != nil {
+		return s, err
+	}
+	if s.maxPayloadBytes < 1 || s.maxPayloadBytes > maxMQTTPayload {
+		return s, fmt.Errorf("max_payload_bytes must be between 1 and %d", maxMQTTPayload)
+	}
+	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
+		return s, err
+	}
+	return s, nil
+}

@@ -1,0 +1,59 @@
+package mqttout
+
+import (
+	"fmt"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+)
+
+// record is a message in the form it is published: what the outbox stores
+// and what the sender sends, so that a resend is byte-identical.
+type record struct {
+	eventID string
+	topic   string // the publish topic: data_topic for end_to_end
+	payload []byte // the publish payload, enveloped if configured
+}
+
+// buildRecord resolves topic and event ID and encodes the payload. Every
+// rejection happens here, before anything is stored, with an error that
+// names the message.
+func (o *output) buildRecord(msg *service.Message) (record, error) {
+	topic, err := o.s.topic.TryString(msg)
+	if err != nil {
+		return record{}, fmt.Errorf("topic interpolation failed: %w", err)
+	}
+	if err := envelope.CheckPublishTopic(topic); err != nil {
+		return record{}, fmt.Errorf("invalid destination topic %q: %w", topic, err)
+	}
+	id, err := o.s.eventID.TryString(msg)
+	if err != nil {
+		return record{}, fmt.Errorf("event_id interpolation failed: %w", err)
+	}
+	if id == "" {
+		id = envelope.NewEventID()
+	} else if err := envelope.CheckEventID(id); err != nil {
+		return record{}, err
+	}
+	raw, err := msg.AsBytes()
+	if err != nil {
+		return record{}, fmt.Errorf("event %s: reading payload: %w", id, err)
+	}
+
+	rec := record{eventID: id, topic: topic, payload: raw}
+	switch {
+	case o.s.endToEnd:
+		rec.topic = o.s.dataTopic
+		rec.payload, err = envelope.EncodeIngress(id, topic, raw)
+	case o.s.deliveryEnv:
+		rec.payload, err = envelope.EncodeDelivery(id, raw)
+	}
+	if err != nil {
+		return record{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
+	}
+	if len(rec.payload) > o.s.maxPayloadBytes {
+		return record{}, fmt.Errorf("event %s for topic %q: payload of %d bytes exceeds max_payload_bytes (%d)", id, topic, len(rec.payload), o.s.maxPayloadBytes)
+	}
+	return rec, nil
+}

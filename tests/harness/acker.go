@@ -1,0 +1,106 @@
+package harness
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+)
+
+// Acker is a test end-to-end consumer: it receives reliomq v1 ingress
+// envelopes on a data topic and answers each with an ACK carrying its
+// event ID, like a bridge that delivered the message. Reply decides what is
+// sent for each envelope (nil: one correct ACK), so tests can forge
+// wrong-ID, duplicate and late ACKs.
+type Acker struct {
+	t      testing.TB
+	client mqtt.Client
+	reply  func(in envelope.Ingress) [][]byte
+
+	mu   sync.Mutex
+	seen []envelope.Ingress
+	bad  int
+}
+
+// StartAcker subscribes to dataTopic on url and ACKs on ackTopic.
+func StartAcker(t testing.TB, url, dataTopic, ackTopic string, reply func(in envelope.Ingress) [][]byte) *Acker {
+	t.Helper()
+	a := &Acker{t: t, reply: reply}
+	ready := make(chan error, 1)
+	opts := mqtt.NewClientOptions().
+		AddBroker(url).
+		SetClientID("harness-acker-" + randomHex(6)).
+		SetCleanSession(true).
+		SetOrderMatters(false). // handlers publish and wait: keep them off the reader
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(time.Second).
+		SetConnectTimeout(5 * time.Second).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			tok := c.Subscribe(dataTopic, 1, func(c mqtt.Client, m mqtt.Message) { a.handle(c, ackTopic, m) })
+			tok.WaitTimeout(clientTimeout)
+			select {
+			case ready <- tok.Error():
+			default:
+			}
+		})
+	a.client = mqtt.NewClient(opts)
+	if tok := a.client.Connect(); !tok.WaitTimeout(clientTimeout) || tok.Error() != nil {
+		t.Fatalf("harness: acker: connect to %s failed: %v", url, tok.Error())
+	}
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("harness: acker: subscribe %s: %v", dataTopic, err)
+		}
+	case <-time.After(clientTimeout):
+		t.Fatalf("harness: acker: no SUBACK for %s", dataTopic)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *Acker) handle(c mqtt.Client, ackTopic string, m mqtt.Message) {
+	in, err := envelope.DecodeIngress(m.Payload())
+	a.mu.Lock()
+	if err != nil {
+		a.bad++
+		a.mu.Unlock()
+		return
+	}
+	a.seen = append(a.seen, in)
+	a.mu.Unlock()
+	var acks [][]byte
+	if a.reply != nil {
+		acks = a.reply(in)
+	} else {
+		ack, _ := envelope.EncodeAck(in.EventID)
+		acks = [][]byte{ack}
+	}
+	for _, ack := range acks {
+		c.Publish(ackTopic, 1, false, ack).WaitTimeout(clientTimeout)
+	}
+}
+
+// Seen returns every envelope received, duplicates included.
+func (a *Acker) Seen() []envelope.Ingress {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]envelope.Ingress(nil), a.seen...)
+}
+
+// Malformed counts messages on the data topic that were not valid envelopes.
+func (a *Acker) Malformed() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bad
+}
+
+// Close disconnects.
+func (a *Acker) Close() {
+	if a.client.IsConnected() {
+		a.client.Disconnect(250)
+	}
+}

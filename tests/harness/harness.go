@@ -1,0 +1,59 @@
+// Package harness starts the real parts that end-to-end, crash and chaos
+// suites need: mosquitto brokers, the reliable-mqtt binary in child
+// processes, a TCP proxy that cuts and stalls connections, and plain paho
+// clients to publish and observe.
+//
+// Every constructor takes a testing.TB and registers its cleanup with
+// t.Cleanup, so a test never leaks a process or a listener. Every wait is
+// bounded. Everything listens on and connects to 127.0.0.1 only.
+//
+// Methods that fail the test (t.Fatal) must be called from the test's own
+// goroutine, as the testing package requires.
+package harness
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Another process may take it before the caller binds it; in practice the
+// kernel does not hand out the same ephemeral port again so soon.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("harness: find a free port on 127.0.0.1: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// pollInterval is how often Eventually and the Wait* helpers look again.
+const pollInterval = 20 * time.Millisecond
+
+// Eventually polls cond about every 20ms until it returns true, and fails
+// the test if it has not after timeout. what names the awaited condition
+// in the failure message.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// poll reports whether cond became true within timeout. cond is always
+// evaluated at least once, and once more at the deadline.
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}
