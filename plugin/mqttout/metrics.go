@@ -12,10 +12,10 @@ import (
 
 // Reasons an ACK is ignored, the label of the acks_ignored counter.
 const (
-	reasonMalformed = "malformed"  // not a valid reliomq v1 ACK
-	reasonUnknown   = "unknown"    // no published, unconfirmed record has this ID
-	reasonDuplicate = "duplicate"  // the record was confirmed already
-	reasonOverflow  = "overflow"   // too many ACKs queued for the sender
+	reasonMalformed = "malformed" // not a valid reliomq v1 ACK
+	reasonUnknown   = "unknown"   // no published, unconfirmed record has this ID
+	reasonDuplicate = "duplicate" // the record was confirmed already
+	reasonOverflow  = "overflow"  // too many ACKs queued for the sender
 )
 
 type metrics struct {

@@ -42,8 +42,8 @@ func brokers(t *testing.T, fn func(t *testing.T, clientURL, outputURL string)) {
 func outputConf(url, outboxPath string, fields ...string) string {
 	conf := map[string]string{
 		"urls":              fmt.Sprintf("[ %q ]", url),
-		"topic":             `'test/${! meta("n") }'`,
-		"event_id":          `'${! meta("id") }'`,
+		"topic":             `'test/${! meta("n").or("") }'`,
+		"event_id":          `'${! meta("id").or("") }'`,
 		"stats_interval":    "100ms",
 		"outbox":            fmt.Sprintf("{ path: %q }", outboxPath),
 		"publish_timeout":   "5s",
@@ -205,7 +205,7 @@ func seenID(a *harness.Acker, id string) bool {
 
 func TestInvalidMessagesAreRejectedWithAClearErrorAndNothingIsStored(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "confirm", "end_to_end", "max_payload_bytes", "200", "topic", `'${! meta("n") }'`))
+	p := startPipeline(t, outputConf(unreachable, path, "confirm", "end_to_end", "max_payload_bytes", "200", "topic", `'${! meta("n").or("") }'`))
 	cases := []struct {
 		name, payload, topic, id, wantErr string
 	}{
