@@ -14,6 +14,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	bolt "go.etcd.io/bbolt"
@@ -146,6 +147,7 @@ func (o *output) Write(ctx context.Context, msg *service.Message) error {
 	if _, err := ob.Append(ctx, entry); err != nil {
 		return fmt.Errorf("event %s not stored in outbox %s: %w", rec.eventID, ob.Path(), err)
 	}
+	failpoint.Hit(failpoint.OutboxAppended)
 	return nil
 }
 
