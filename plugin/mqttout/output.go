@@ -69,9 +69,9 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 				Description("The destination topic of each message. It must be a valid publish topic: not empty, no `+` or `#` wildcards, no NUL, at most 65535 bytes.").
 				Example(`factory/${! meta("machine") }/data`),
 			service.NewInterpolatedStringField(fieldEventID).
-				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ.").
+				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Note that Benthos interpolates missing metadata as the string `null`: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
 				Default("").
-				Example(`${! meta("event_id") }`),
+				Example(`${! meta("event_id").or("") }`),
 			service.NewStringAnnotatedEnumField(fieldConfirm, map[string]string{
 				confirmBroker:   "A record is done at the broker's PUBACK.",
 				confirmEndToEnd: "Publish a reliomq v1 ingress envelope to `data_topic`; a record is done when an ACK with its exact event ID arrives on `ack_topic`.",
