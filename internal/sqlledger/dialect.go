@@ -1,0 +1,192 @@
+package sqlledger
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers database/sql driver "pgx"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// dialect holds everything that differs between the two databases: SQL
+// text, placeholders, how applied_at is stored and which errors mean "try
+// the whole transaction again".
+type dialect struct {
+	driver     Driver
+	sqlDriver  string // database/sql driver name
+	createSQL  string // %s = quoted table
+	insertSQL  string // %s = quoted table
+	lookupSQL  string
+	countSQL   string
+	expireSQL  string
+	timeArg    func(time.Time) any
+	retryable  func(error) bool
+	prepareDSN func(dsn string, c Config) (string, error)
+}
+
+// Column names are quoted everywhere because "key" is a keyword in both
+// dialects.
+const (
+	// %[1]s = quoted index name, %[2]s = quoted table. Expire needs it.
+	commonIndex  = `CREATE INDEX IF NOT EXISTS %[1]s ON %[2]s ("applied_at")`
+	commonInsert = `INSERT INTO %s ("namespace", "key", "hash", "applied_at") VALUES (%s, %s, %s, %s) ON CONFLICT ("namespace", "key") DO NOTHING`
+	commonLookup = `SELECT "hash" FROM %s WHERE "namespace" = %s AND "key" = %s`
+	commonCount  = `SELECT COUNT(*) FROM %s`
+	// Oldest first, at most limit rows, so one call never holds locks on
+	// the whole table.
+	commonExpire = `DELETE FROM %[1]s WHERE ("namespace", "key") IN (SELECT "namespace", "key" FROM %[1]s WHERE "applied_at" < %[2]s ORDER BY "applied_at" LIMIT %[3]s)`
+)
+
+var dialects = map[Driver]*dialect{
+	SQLite: {
+		driver:    SQLite,
+		sqlDriver: "sqlite",
+		// applied_at is Unix microseconds: SQLite has no timestamp type and
+		// integers compare correctly, which Expire relies on.
+		createSQL: `CREATE TABLE IF NOT EXISTS %s (
+	"namespace"  TEXT    NOT NULL,
+	"key"        TEXT    NOT NULL,
+	"hash"       BLOB,
+	"applied_at" INTEGER NOT NULL,
+	PRIMARY KEY ("namespace", "key")
+)`,
+		insertSQL:  fmt.Sprintf(commonInsert, "%s", "?", "?", "?", "?"),
+		lookupSQL:  fmt.Sprintf(commonLookup, "%s", "?", "?"),
+		countSQL:   commonCount,
+		expireSQL:  strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
+		timeArg:    func(t time.Time) any { return t.UnixMicro() },
+		retryable:  sqliteRetryable,
+		prepareDSN: sqliteDSN,
+	},
+	Postgres: {
+		driver:    Postgres,
+		sqlDriver: "pgx",
+		createSQL: `CREATE TABLE IF NOT EXISTS %s (
+	"namespace"  TEXT        NOT NULL,
+	"key"        TEXT        NOT NULL,
+	"hash"       BYTEA,
+	"applied_at" TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY ("namespace", "key")
+)`,
+		insertSQL:  fmt.Sprintf(commonInsert, "%s", "$1", "$2", "$3", "$4"),
+		lookupSQL:  fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
+		countSQL:   commonCount,
+		expireSQL:  strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
+		timeArg:    func(t time.Time) any { return t.UTC() },
+		retryable:  postgresRetryable,
+		prepareDSN: func(dsn string, _ Config) (string, error) { return dsn, nil },
+	},
+}
+
+// postgresRetryable: serialization_failure (40001) and deadlock_detected
+// (40P01) abort a transaction that would succeed if run again; PostgreSQL's
+// documentation tells applications to retry them.
+func postgresRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "40001" || pe.Code == "40P01"
+}
+
+// sqliteRetryable: SQLITE_BUSY and SQLITE_LOCKED (and their extended codes,
+// e.g. SQLITE_BUSY_SNAPSHOT) mean another connection held the lock past
+// busy_timeout; nothing of this transaction was committed.
+func sqliteRetryable(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	primary := se.Code() & 0xff
+	return primary == sqlite3.SQLITE_BUSY || primary == sqlite3.SQLITE_LOCKED
+}
+
+// sqliteDSN adds the settings the ledger depends on unless the DSN already
+// names them (the user's choice wins, and is theirs to answer for):
+//   - journal_mode=WAL so readers do not block the writer;
+//   - synchronous=FULL so a commit is on disk before Apply returns, which is
+//     what makes acknowledging the message afterwards safe;
+//   - busy_timeout so a second process waits for the lock instead of
+//     failing at once;
+//   - _txlock=immediate so a transaction takes the write lock at BEGIN; a
+//     deferred transaction that reads first and then writes can fail with
+//     SQLITE_BUSY without waiting at all.
+func sqliteDSN(dsn string, c Config) (string, error) {
+	if dsn == "" {
+		return "", errors.New("sql.dsn is empty: give the SQLite database file path, e.g. /var/lib/reliable-mqtt/ledger.db")
+	}
+	path, query, _ := strings.Cut(dsn, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", fmt.Errorf("sql.dsn %q: query parameters: %w", dsn, err)
+	}
+	userSet := func(keys ...string) bool {
+		for _, k := range keys {
+			if q.Has(k) {
+				return true
+			}
+			for _, p := range q["_pragma"] {
+				if strings.HasPrefix(strings.ToLower(strings.TrimSpace(p)), k) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var add []string
+	if !userSet("_busy_timeout", "_timeout", "busy_timeout") {
+		add = append(add, "_busy_timeout="+strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10))
+	}
+	if !userSet("_journal_mode", "_journal", "journal_mode") {
+		add = append(add, "_journal_mode=WAL")
+	}
+	if !userSet("_synchronous", "_sync", "synchronous") {
+		add = append(add, "_synchronous=FULL")
+	}
+	if !userSet("_txlock") {
+		add = append(add, "_txlock=immediate")
+	}
+	if len(add) == 0 {
+		return dsn, nil
+	}
+	if query != "" {
+		add = append([]string{query}, add...)
+	}
+	return path + "?" + strings.Join(add, "&"), nil
+}
+
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+
+// redactDSN hides a password in a DSN so it can go into an error message
+// or a log line.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.Host != "" {
+		dsn = u.Redacted()
+	}
+	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+// validTable: lower-case letters, digits and underscores, starting with a
+// letter or underscore. Lower case only so the quoted name we create is the
+// same table an operator reaches unquoted in psql.
+var validTable = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// maxTableLen leaves room for the index suffix within PostgreSQL's 63-byte
+// identifier limit.
+const maxTableLen = 48
+
+func checkTable(name string) error {
+	if len(name) > maxTableLen || !validTable.MatchString(name) {
+		return fmt.Errorf("sql.table %q is not a valid table name: use 1 to %d lower-case letters, digits and underscores, starting with a letter or underscore", name, maxTableLen)
+	}
+	return nil
+}
+
+func quoteIdent(name string) string { return `"` + name + `"` }

@@ -1,0 +1,476 @@
+// Package sqlledger is the SQL store of the dedup ledger: a table of
+// (namespace, key) rows that says which messages have had their effect, kept
+// in the same database as that effect.
+//
+// The invariant, enforced in Apply: a ledger row exists if and only if the
+// caller's statements for that key were committed with it, in one
+// transaction. So a message redelivered after a crash between commit and
+// acknowledgement finds its row and is skipped, and a message whose
+// statements failed leaves no row and is applied when it comes back.
+//
+// SQLite (modernc.org/sqlite, no cgo) and PostgreSQL (pgx) share all code
+// through database/sql; the differences live in dialect.go.
+package sqlledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Driver names the database: SQLite or Postgres.
+type Driver string
+
+const (
+	SQLite   Driver = "sqlite"
+	Postgres Driver = "postgres"
+)
+
+// Config says which database to use and how hard to retry.
+// Zero values take the defaults documented on each field.
+type Config struct {
+	Driver Driver
+	// DSN: for SQLite a file path (or file: URI); for PostgreSQL a
+	// postgres:// URL or key=value string as pgx understands it.
+	DSN string
+	// Table is the ledger table, created if missing. Lower-case letters,
+	// digits and underscores.
+	Table string
+
+	// MaxOpenConns: 0 means 1 for SQLite (one writer at a time anyway; a
+	// queue in Go is faster and fairer than the busy handler's sleeps) and
+	// 8 for PostgreSQL.
+	MaxOpenConns int
+	// MaxIdleConns: 0 means MaxOpenConns.
+	MaxIdleConns int
+	// ConnMaxLifetime: 0 means connections are reused forever.
+	ConnMaxLifetime time.Duration
+	// ConnectTimeout bounds Open's first connection; 0 means 10 s.
+	ConnectTimeout time.Duration
+	// BusyTimeout (SQLite only) is how long a connection waits for another
+	// process's lock before SQLITE_BUSY; 0 means 5 s.
+	BusyTimeout time.Duration
+
+	// RetryInitial and RetryMax bound the backoff between attempts of a
+	// transaction that failed with a serialization failure, a deadlock or
+	// SQLITE_BUSY/LOCKED; 0 means 10 ms and 1 s. MaxRetries is how many
+	// times it is tried again; 0 means 10, a negative value means never.
+	RetryInitial, RetryMax time.Duration
+	MaxRetries             int
+}
+
+// Exec is one caller statement run inside the ledger transaction, with
+// driver-native placeholders ($1 for PostgreSQL, ? for SQLite).
+type Exec struct {
+	Query string
+	Args  []any
+}
+
+// Key identifies a message's effect. Namespace is typically the producer.
+type Key struct {
+	Namespace, Key string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Key }
+
+// Result of Apply.
+type Result struct {
+	// Inserted is true when this call created the ledger row and so its
+	// statements were committed; false means the key was already there and
+	// nothing was run.
+	Inserted bool
+	// ExistingHash is the stored content hash when Inserted is false, for
+	// the caller to tell a duplicate from a conflicting reuse of the key.
+	ExistingHash []byte
+	// Attempts is how many times the transaction ran (1 without retries).
+	Attempts int
+}
+
+// Store is a ledger table in one database. Safe for concurrent use.
+type Store struct {
+	db    *sql.DB
+	d     *dialect
+	cfg   Config
+	table string // quoted
+
+	// now is the clock for applied_at; tests replace it.
+	now func() time.Time
+
+	insertSQL, lookupSQL, countSQL, expireSQL string
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = 8
+		if c.Driver == SQLite {
+			c.MaxOpenConns = 1
+		}
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = c.MaxOpenConns
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = 5 * time.Second
+	}
+	if c.RetryInitial == 0 {
+		c.RetryInitial = 10 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 10
+	}
+	if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	}
+}
+
+// Open connects, checks that the database answers, and creates the ledger
+// table and its applied_at index if missing. An existing table must have
+// the ledger's columns.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	d, ok := dialects[c.Driver]
+	if !ok {
+		return nil, fmt.Errorf("sqlledger: sql.driver %q is not supported: use %q or %q", c.Driver, SQLite, Postgres)
+	}
+	if err := checkTable(c.Table); err != nil {
+		return nil, fmt.Errorf("sqlledger: %w", err)
+	}
+	c.setDefaults()
+	dsn, err := d.prepareDSN(c.DSN, c)
+	if err != nil {
+		return nil, fmt.Errorf("sqlledger: %w", err)
+	}
+	where := fmt.Sprintf("%s database %s", c.Driver, redactDSN(c.DSN))
+
+	db, err := sql.Open(d.sqlDriver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlledger: open %s: %w; check sql.dsn", where, err)
+	}
+	db.SetMaxOpenConns(c.MaxOpenConns)
+	db.SetMaxIdleConns(c.MaxIdleConns)
+	db.SetConnMaxLifetime(c.ConnMaxLifetime)
+
+	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), now: time.Now}
+	s.insertSQL = fmt.Sprintf(d.insertSQL, s.table)
+	s.lookupSQL = fmt.Sprintf(d.lookupSQL, s.table)
+	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
+	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
+
+	cctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
+	defer cancel()
+	if err := db.PingContext(cctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlledger: connect to %s: %w; check sql.dsn and that the database is reachable", where, err)
+	}
+	if err := s.createSchema(cctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlledger: %s: %w", where, err)
+	}
+	return s, nil
+}
+
+func (s *Store) createSchema(ctx context.Context) error {
+	create := func(q string) error {
+		// Two processes creating the same table at once can collide in
+		// PostgreSQL's catalog (unique violation); the next try sees the
+		// table and does nothing.
+		var err error
+		for range 3 {
+			if _, err = s.db.ExecContext(ctx, q); err == nil {
+				return nil
+			}
+		}
+		return err
+	}
+	if err := create(fmt.Sprintf(s.d.createSQL, s.table)); err != nil {
+		return fmt.Errorf("create ledger table %s: %w", s.cfg.Table, err)
+	}
+	if err := s.checkColumns(ctx); err != nil {
+		return err
+	}
+	if err := create(fmt.Sprintf(commonIndex, quoteIdent(s.cfg.Table+"_applied_at"), s.table)); err != nil {
+		return fmt.Errorf("create index on %s(applied_at): %w", s.cfg.Table, err)
+	}
+	return nil
+}
+
+// checkColumns makes sure a table that already existed is a ledger table.
+// It compares column names rather than selecting them, because SQLite
+// reads a double-quoted name of a missing column as a string literal.
+func (s *Store) checkColumns(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT * FROM "+s.table+" WHERE 1 = 0")
+	if err != nil {
+		return fmt.Errorf("read columns of %s: %w", s.cfg.Table, err)
+	}
+	cols, err := rows.Columns()
+	rows.Close()
+	if err != nil {
+		return fmt.Errorf("read columns of %s: %w", s.cfg.Table, err)
+	}
+	have := map[string]bool{}
+	for _, c := range cols {
+		have[strings.ToLower(c)] = true
+	}
+	for _, want := range ledgerColumns {
+		if !have[want] {
+			return fmt.Errorf("table %s exists but is not a ledger table (it has columns %v, want %v); choose another sql.table", s.cfg.Table, cols, ledgerColumns)
+		}
+	}
+	return nil
+}
+
+var ledgerColumns = []string{"namespace", "key", "hash", "applied_at"}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// StmtError says which caller statement failed. The transaction was rolled
+// back: neither the ledger row nor any statement's effect was committed.
+type StmtError struct {
+	Index int    // position in the stmts passed to Apply, from 0
+	Query string // the statement's text
+	Err   error  // the database's error
+}
+
+func (e *StmtError) Error() string {
+	q := e.Query
+	if len(q) > 80 {
+		q = q[:80] + "…"
+	}
+	return fmt.Sprintf("statement %d (%q) failed: %v", e.Index, q, e.Err)
+}
+
+func (e *StmtError) Unwrap() error { return e.Err }
+
+// Apply records k in the ledger and, only if that created the row, runs
+// stmts in order, all in ONE transaction, then commits. When Apply returns
+// nil with Inserted true the effect is durable and the message may be
+// acknowledged; with Inserted false the key was already applied and no
+// statement ran.
+//
+// A serialization failure, deadlock or SQLITE_BUSY/LOCKED reruns the whole
+// transaction with backoff, up to MaxRetries times or until ctx ends. Any
+// other error rolls everything back and is returned (a *StmtError if a
+// caller statement failed); nothing was committed.
+//
+// A commit whose outcome is unknown (the connection died during COMMIT)
+// returns an error; calling Apply again is safe, because the ledger row
+// makes the retry report Inserted false if the first commit did land.
+func (s *Store) Apply(ctx context.Context, k Key, hash []byte, stmts []Exec) (Result, error) {
+	var res Result
+	var attempts int
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		res = Result{}
+		var err error
+		res.Inserted, err = s.insert(ctx, tx, k, hash)
+		if err != nil {
+			return err
+		}
+		if !res.Inserted {
+			res.ExistingHash, _, err = s.lookup(ctx, tx, k)
+			return err
+		}
+		return runStmts(ctx, tx, stmts)
+	}, &attempts)
+	res.Attempts = attempts
+	if err != nil {
+		return Result{Attempts: attempts}, fmt.Errorf("sqlledger: apply %s to table %s: %w; %s", k, s.cfg.Table, err, outcome(err))
+	}
+	return res, nil
+}
+
+func runStmts(ctx context.Context, tx *sql.Tx, stmts []Exec) error {
+	for i, st := range stmts {
+		if _, err := tx.ExecContext(ctx, st.Query, st.Args...); err != nil {
+			return &StmtError{Index: i, Query: st.Query, Err: err}
+		}
+	}
+	return nil
+}
+
+// insert adds the ledger row if absent and reports whether it did.
+// ON CONFLICT DO NOTHING on the primary key: under PostgreSQL's READ
+// COMMITTED a concurrent insert of the same key waits for the other
+// transaction and then skips (or inserts, if that one rolled back); SQLite
+// serializes writers outright.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, k Key, hash []byte) (bool, error) {
+	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.Key, hash, s.d.timeArg(s.now()))
+	if err != nil {
+		return false, fmt.Errorf("insert ledger row: %w", err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("insert ledger row: rows affected: %w", err)
+	}
+	return n == 1, nil
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, error) {
+	var hash []byte
+	err := q.QueryRowContext(ctx, s.lookupSQL, k.Namespace, k.Key).Scan(&hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("look up ledger row: %w", err)
+	}
+	return hash, true, nil
+}
+
+// retry runs fn in a transaction and commits, rerunning the whole
+// transaction when the database reports a transient conflict. attempts, if
+// not nil, receives how many times fn ran.
+func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error, attempts *int) error {
+	wait := s.cfg.RetryInitial
+	for n := 1; ; n++ {
+		if attempts != nil {
+			*attempts = n
+		}
+		err := s.inTx(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		if !s.d.retryable(err) || n > s.cfg.MaxRetries || ctx.Err() != nil {
+			if s.d.retryable(err) {
+				return fmt.Errorf("gave up after %d attempts: %w", n, err)
+			}
+			return err
+		}
+		// Full jitter: concurrent losers of the same conflict spread out.
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (retrying after: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, s.cfg.RetryMax)
+	}
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // the error that matters is fn's
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return &commitError{err}
+	}
+	return nil
+}
+
+// commitError marks a failed COMMIT: unlike any earlier failure, the
+// transaction may or may not have landed.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// outcome words the end of an error message: what the caller can assume.
+func outcome(err error) string {
+	var ce *commitError
+	if errors.As(err, &ce) {
+		return "the commit's outcome is unknown; applying the same key again is safe"
+	}
+	return "rolled back, nothing committed"
+}
+
+// IsRetryable reports whether err is a transient conflict (serialization
+// failure, deadlock, SQLITE_BUSY/LOCKED) that Apply would retry.
+func (s *Store) IsRetryable(err error) bool { return s.d.retryable(err) }
+
+// Lookup returns the stored hash of k and whether k is in the ledger.
+func (s *Store) Lookup(ctx context.Context, k Key) (hash []byte, found bool, err error) {
+	hash, found, err = s.lookup(ctx, s.db, k)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlledger: %s in table %s: %w", k, s.cfg.Table, err)
+	}
+	return hash, found, nil
+}
+
+// Record inserts many keys in ONE transaction (group commit for callers
+// whose effect happened elsewhere) and reports which were new. It is
+// idempotent: a key already present, or repeated in keys, reports false
+// and keeps its first hash. hashes may be nil; otherwise it has one entry
+// per key.
+func (s *Store) Record(ctx context.Context, keys []Key, hashes [][]byte) (inserted []bool, err error) {
+	if hashes != nil && len(hashes) != len(keys) {
+		return nil, fmt.Errorf("sqlledger: record: %d keys but %d hashes", len(keys), len(hashes))
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	inserted = make([]bool, len(keys))
+	err = s.retry(ctx, func(tx *sql.Tx) error {
+		for i, k := range keys {
+			var h []byte
+			if hashes != nil {
+				h = hashes[i]
+			}
+			ok, err := s.insert(ctx, tx, k, h)
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			inserted[i] = ok
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlledger: record %d keys in table %s: %w; %s", len(keys), s.cfg.Table, err, outcome(err))
+	}
+	return inserted, nil
+}
+
+// DefaultExpireLimit is the batch size Expire uses for a limit <= 0.
+const DefaultExpireLimit = 1000
+
+// Expire deletes at most limit rows applied before olderThan, oldest first,
+// and returns how many it deleted. Call it until it returns fewer than
+// limit; small batches keep each transaction, and its locks, short.
+func (s *Store) Expire(ctx context.Context, olderThan time.Time, limit int) (removed int, err error) {
+	if limit <= 0 {
+		limit = DefaultExpireLimit
+	}
+	var n int64
+	err = s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, s.expireSQL, s.d.timeArg(olderThan), limit)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlledger: expire rows older than %s from table %s: %w", olderThan.Format(time.RFC3339), s.cfg.Table, err)
+	}
+	return int(n), nil
+}
+
+// Count returns the number of ledger rows.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.countSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlledger: count rows of table %s: %w", s.cfg.Table, err)
+	}
+	return n, nil
+}
+
+// DB returns the pool, for callers and tests that read the effect tables.
+func (s *Store) DB() *sql.DB { return s.db }
