@@ -1,0 +1,113 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// commitReq is one Claim.Commit handed to the committer.
+type commitReq struct {
+	c    *Claim
+	err  error
+	done chan struct{}
+}
+
+// commit hands c to the committer and waits for the durable result. Once
+// the committer has the request its result is always awaited, so an error
+// means "not recorded" and nil means "on disk".
+func (l *Ledger) commit(ctx context.Context, c *Claim) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dedup key %s not recorded: %w", c.key, err)
+	}
+	r := &commitReq{c: c, done: make(chan struct{}, 1)}
+	select {
+	case l.reqs <- r:
+	case <-ctx.Done():
+		return fmt.Errorf("dedup key %s not recorded: %w", c.key, ctx.Err())
+	case <-l.closing:
+		return fmt.Errorf("dedup key %s not recorded: ledger file %s: %w", c.key, l.path, ErrClosed)
+	}
+	<-r.done
+	return r.err
+}
+
+// commitLoop is the ledger's single writer: it takes every waiting Commit
+// (up to MaxBatch) and records them in one transaction, one fsync per group.
+func (l *Ledger) commitLoop() {
+	defer close(l.committerDone)
+	batch := make([]*commitReq, 0, l.opts.MaxBatch)
+	for {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch[:0], r)
+		case <-l.closing:
+			return
+		}
+		batch = l.drain(batch)
+		l.commitBatch(batch)
+		for i := range batch {
+			batch[i].done <- struct{}{}
+			batch[i] = nil
+		}
+	}
+}
+
+// drain adds every ready request; one yield lets writers woken by the
+// previous commit queue up (the same idea as the outbox committer).
+func (l *Ledger) drain(batch []*commitReq) []*commitReq {
+	for yielded := false; len(batch) < l.opts.MaxBatch; {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+			yielded = false
+		default:
+			if yielded {
+				return batch
+			}
+			runtime.Gosched()
+			yielded = true
+		}
+	}
+	return batch
+}
+
+func (l *Ledger) commitBatch(batch []*commitReq) {
+	now := time.Now()
+	added := make([]bool, len(batch))
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		for i, r := range batch {
+			added[i] = false
+			existed, old, err := put(tx, r.c.enc, r.c.hash, now)
+			if err != nil {
+				return fmt.Errorf("recording key %s: %w", r.c.key, err)
+			}
+			r.err = nil
+			if existed && old != r.c.hash {
+				// Only possible if the file was changed behind our back;
+				// nothing was written for this key.
+				r.err = fmt.Errorf("dedup key %s is already applied with a different payload in %s; not recorded again", r.c.key, l.path)
+			}
+			added[i] = !existed
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("dedup ledger file %s: commit failed, no key of this group was recorded: %w", l.path, err)
+		for _, r := range batch {
+			r.err = err
+		}
+		return
+	}
+	for i, r := range batch {
+		if added[i] {
+			l.commits.Add(1)
+			l.keys.Add(1)
+		}
+		// Applied either way: waiters find the stored entry.
+		r.c.settle(committed)
+	}
+}

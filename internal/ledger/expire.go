@@ -1,0 +1,112 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// maxBatchesPerRun bounds one expiry run, so a huge backlog of old keys is
+// worked off over several runs instead of holding the writer for long.
+const maxBatchesPerRun = 64
+
+// expireLoop deletes keys older than the retention, oldest first, in
+// bounded batches. It is the only code that deletes ledger keys.
+func (l *Ledger) expireLoop() {
+	defer close(l.expirerDone)
+	if l.opts.Retention <= 0 {
+		<-l.closing
+		return
+	}
+	t := time.NewTicker(l.opts.ExpireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.closing:
+			return
+		case now := <-t.C:
+			_, _ = l.Expire(now.Add(-l.opts.Retention))
+		}
+	}
+}
+
+// Expire deletes keys applied before cutoff, in batches of ExpireBatch, at
+// most maxBatchesPerRun batches. Keys claimed by an in-flight message are
+// kept. It returns how many keys it deleted.
+func (l *Ledger) Expire(cutoff time.Time) (int, error) {
+	total := 0
+	for range maxBatchesPerRun {
+		if l.isClosed() {
+			return total, ErrClosed
+		}
+		n, more, err := l.expireBatch(cutoff)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("dedup ledger file %s: expiring keys: %w", l.path, err)
+		}
+		if !more {
+			break
+		}
+	}
+	return total, nil
+}
+
+// expireBatch deletes up to ExpireBatch keys older than cutoff in one
+// transaction. more reports that the batch was full (there may be more).
+func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err error) {
+	limit := uint64(cutoff.UnixNano())
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		keys, times := tx.Bucket(bucketKeys), tx.Bucket(bucketTime)
+		var stale [][]byte // time-index entries to delete
+		c := times.Cursor()
+		scanned := 0
+		for k, _ := c.First(); k != nil && scanned < l.opts.ExpireBatch; k, _ = c.Next() {
+			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= limit {
+				break
+			}
+			scanned++
+			if l.claimed(k[8:]) {
+				continue
+			}
+			stale = append(stale, append([]byte(nil), k...))
+		}
+		more = scanned == l.opts.ExpireBatch
+		deleted = 0
+		for _, tk := range stale {
+			key := tk[8:]
+			// The index entry may be older than the key's current entry
+			// (re-applied after an earlier expiry): delete the key only if
+			// this index entry is its own.
+			if v := keys.Get(key); v != nil {
+				if at, _, err := decodeValue(v); err == nil && uint64(at.UnixNano()) == binary.BigEndian.Uint64(tk[:8]) {
+					if err := keys.Delete(key); err != nil {
+						return err
+					}
+					deleted++
+				}
+			}
+			if err := times.Delete(tk); err != nil {
+				return err
+			}
+		}
+		if deleted == 0 {
+			return nil
+		}
+		return addCount(tx, -int64(deleted))
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	l.keys.Add(-int64(deleted))
+	l.expired.Add(int64(deleted))
+	return deleted, more, nil
+}
+
+func (l *Ledger) claimed(enc []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.inflight[string(enc)]
+	return ok
+}

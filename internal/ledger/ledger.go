@@ -1,0 +1,394 @@
+// Package ledger is the dedup ledger behind dedup_ledger: a durable set of
+// "applied" keys in a bbolt file, with in-memory claims for keys whose
+// message is still in flight.
+//
+// Invariant: a key is written to the ledger only when its message's effect
+// is committed — by Claim.Commit (after the pipeline acknowledged the
+// message) or by Claim.Apply inside the transaction that writes the effect
+// (the outbox append on the same file). Nothing else writes a key; the
+// expirer is the only code that deletes one.
+//
+// Invariant: at most one claim per key exists at a time, so two copies of
+// one key in flight can never both pass. A second copy waits for the first
+// claim to settle: committed makes it a duplicate, released lets it claim.
+//
+// Layout, in a file shared through boltfile (the outbox may live in the same
+// file and commit ledger entries in its own transaction):
+//
+//	ledger/keys  encoded key -> version(1) | applied unix nanos (8, BE) | sha256 of payload (32)
+//	ledger/time  applied unix nanos (8, BE) | encoded key -> empty   (retention index, oldest first)
+//	ledger/meta  "count" -> number of keys (8, BE)
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+)
+
+var (
+	bucketKeys = []byte("ledger/keys")
+	bucketTime = []byte("ledger/time")
+	bucketMeta = []byte("ledger/meta")
+
+	keyCount = []byte("count")
+)
+
+const (
+	valueVersion = 1
+	valueLen     = 1 + 8 + 32
+
+	// MaxKeyBytes bounds namespace + key, far below bbolt's 32 KiB key limit.
+	MaxKeyBytes = 4096
+)
+
+// closeTimeout bounds how long Close waits for a commit in progress.
+const closeTimeout = 10 * time.Second
+
+// ErrClosed is returned by calls on a closed ledger.
+var ErrClosed = errors.New("ledger closed")
+
+// Options tune a ledger. Processors sharing a file must agree on them.
+type Options struct {
+	// Retention: applied keys older than this are deleted in the
+	// background. 0 keeps keys forever.
+	Retention time.Duration
+	// ExpireBatch bounds the keys deleted per transaction; default 1000.
+	ExpireBatch int
+	// ExpireInterval is how often the expirer runs; default Retention/4,
+	// between 50ms and 1m.
+	ExpireInterval time.Duration
+	// MaxBatch bounds the keys committed per transaction; default 1024.
+	MaxBatch int
+}
+
+func (o *Options) defaults() {
+	if o.ExpireBatch <= 0 {
+		o.ExpireBatch = 1000
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.ExpireInterval <= 0 && o.Retention > 0 {
+		o.ExpireInterval = min(max(o.Retention/4, 50*time.Millisecond), time.Minute)
+	}
+}
+
+// Stats counts what the ledger did since it was opened (Keys: now).
+type Stats struct {
+	Keys    int64 // applied keys stored in the file
+	Commits int64 // keys written by Commit or Apply
+	Expired int64 // keys deleted by retention
+}
+
+// Ledger is the applied-key set of one bbolt file. One Ledger per file per
+// process (Open shares it), because the in-flight claims must be seen by
+// every processor thread. Safe for concurrent use.
+type Ledger struct {
+	file *boltfile.File
+	db   *bolt.DB
+	path string
+	opts Options
+	refs int // guarded by registryMu
+
+	mu       sync.Mutex
+	inflight map[string]*Claim // claimed, not yet settled
+
+	keys    atomic.Int64
+	commits atomic.Int64
+	expired atomic.Int64
+
+	reqs          chan *commitReq // unbuffered: a send succeeds only while the committer runs
+	closing       chan struct{}
+	committerDone chan struct{}
+	expirerDone   chan struct{}
+	closeErr      error
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]*Ledger{}
+)
+
+// Open opens the ledger in the bbolt file at path (creating its buckets),
+// or joins the one this process already has open. Every Open needs a Close.
+func Open(path string, opts Options) (*Ledger, error) {
+	if opts.Retention < 0 || opts.ExpireBatch < 0 || opts.MaxBatch < 0 {
+		return nil, fmt.Errorf("ledger file %s: retention and batch sizes must not be negative", path)
+	}
+	opts.defaults()
+	f, err := boltfile.Acquire(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening dedup ledger: %w", err)
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if l, ok := registry[f.Path()]; ok {
+		_ = f.Release() // the shared ledger keeps its own handle
+		if l.opts.Retention != opts.Retention {
+			return nil, fmt.Errorf("dedup ledger file %s is already open in this process with retention %s; every dedup_ledger on one file must use the same retention (asked for %s)", l.path, l.opts.Retention, opts.Retention)
+		}
+		l.refs++
+		return l, nil
+	}
+	l := &Ledger{
+		file:          f,
+		db:            f.DB(),
+		path:          f.Path(),
+		opts:          opts,
+		refs:          1,
+		inflight:      map[string]*Claim{},
+		reqs:          make(chan *commitReq),
+		closing:       make(chan struct{}),
+		committerDone: make(chan struct{}),
+		expirerDone:   make(chan struct{}),
+	}
+	if err := l.load(); err != nil {
+		_ = f.Release()
+		return nil, err
+	}
+	registry[l.path] = l
+	go l.commitLoop()
+	go l.expireLoop()
+	return l, nil
+}
+
+// load creates the buckets if missing and reads the key count.
+func (l *Ledger) load() error {
+	ready := false
+	err := l.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if tx.Bucket(bucketKeys) == nil || tx.Bucket(bucketTime) == nil || meta == nil {
+			return nil
+		}
+		l.keys.Store(int64(getUint(meta, keyCount)))
+		ready = true
+		return nil
+	})
+	if err != nil || ready {
+		if err != nil {
+			return fmt.Errorf("opening dedup ledger file %s: %w", l.path, err)
+		}
+		return nil
+	}
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketKeys, bucketTime} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		l.keys.Store(int64(getUint(meta, keyCount)))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating dedup ledger buckets in %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// Path returns the ledger file's absolute path: the identity a transaction
+// participant must name (the same as outbox.Outbox.Path for that file).
+func (l *Ledger) Path() string { return l.path }
+
+// Retention returns the configured retention (0: forever).
+func (l *Ledger) Retention() time.Duration { return l.opts.Retention }
+
+// Stats returns the key count and counters. O(1).
+func (l *Ledger) Stats() Stats {
+	return Stats{Keys: l.keys.Load(), Commits: l.commits.Load(), Expired: l.expired.Load()}
+}
+
+// Close gives up this reference. The last Close stops the committer and
+// the expirer, releases every claim still held (their messages never
+// finished) and releases the file.
+func (l *Ledger) Close() error {
+	registryMu.Lock()
+	if l.refs <= 0 {
+		registryMu.Unlock()
+		return nil // already closed
+	}
+	l.refs--
+	if l.refs > 0 {
+		registryMu.Unlock()
+		return nil
+	}
+	delete(registry, l.path)
+	registryMu.Unlock()
+
+	close(l.closing)
+	timeout := time.After(closeTimeout)
+	for _, done := range []chan struct{}{l.committerDone, l.expirerDone} {
+		select {
+		case <-done:
+		case <-timeout:
+			return fmt.Errorf("dedup ledger file %s: a commit did not finish within %s; the file is left open", l.path, closeTimeout)
+		}
+	}
+	l.mu.Lock()
+	held := make([]*Claim, 0, len(l.inflight))
+	for _, c := range l.inflight {
+		held = append(held, c)
+	}
+	l.mu.Unlock()
+	for _, c := range held {
+		c.Release()
+	}
+	if err := l.file.Release(); err != nil {
+		return fmt.Errorf("closing dedup ledger: %w", err)
+	}
+	return nil
+}
+
+// Lookup reports whether key is applied, and with which payload hash. For
+// tests and tools; the pipeline uses Claim.
+func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err error) {
+	k, err := key.encode()
+	if err != nil {
+		return false, hash, at, err
+	}
+	err = l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get(k)
+		if v == nil {
+			return nil
+		}
+		at, hash, err = decodeValue(v)
+		if err != nil {
+			return fmt.Errorf("dedup ledger file %s: key %s: %w", l.path, key, err)
+		}
+		applied = true
+		return nil
+	})
+	return applied, hash, at, err
+}
+
+func (l *Ledger) isClosed() bool {
+	select {
+	case <-l.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Key names one effect: the producer's namespace and its event ID. The pair
+// is encoded with the namespace's length first, so ("a","bc") and ("ab","c")
+// never collide.
+type Key struct {
+	Namespace string
+	ID        string
+}
+
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return fmt.Sprintf("%q", k.ID)
+	}
+	return fmt.Sprintf("%q/%q", k.Namespace, k.ID)
+}
+
+func (k Key) encode() ([]byte, error) {
+	if k.ID == "" {
+		return nil, errors.New("dedup key is empty")
+	}
+	n := len(k.Namespace) + len(k.ID)
+	if n > MaxKeyBytes {
+		return nil, fmt.Errorf("dedup key %.64s... is %d bytes with its namespace; the limit is %d", k.ID, n, MaxKeyBytes)
+	}
+	out := make([]byte, 0, 2+n)
+	out = binary.BigEndian.AppendUint16(out, uint16(len(k.Namespace)))
+	out = append(out, k.Namespace...)
+	return append(out, k.ID...), nil
+}
+
+func encodeValue(at time.Time, hash [32]byte) []byte {
+	v := make([]byte, 0, valueLen)
+	v = append(v, valueVersion)
+	v = binary.BigEndian.AppendUint64(v, uint64(at.UnixNano()))
+	return append(v, hash[:]...)
+}
+
+func decodeValue(v []byte) (time.Time, [32]byte, error) {
+	var h [32]byte
+	if len(v) != valueLen || v[0] != valueVersion {
+		return time.Time{}, h, fmt.Errorf("unreadable ledger entry (%d bytes, version %d); restore the file from a backup or delete the key", len(v), firstByte(v))
+	}
+	copy(h[:], v[9:])
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), h, nil
+}
+
+func firstByte(v []byte) int {
+	if len(v) == 0 {
+		return -1
+	}
+	return int(v[0])
+}
+
+func timeKey(at time.Time, key []byte) []byte {
+	out := make([]byte, 0, 8+len(key))
+	out = binary.BigEndian.AppendUint64(out, uint64(at.UnixNano()))
+	return append(out, key...)
+}
+
+func getUint(b *bolt.Bucket, key []byte) uint64 {
+	v := b.Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putUint(b *bolt.Bucket, key []byte, n uint64) error {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], n)
+	return b.Put(key, v[:])
+}
+
+// addCount adjusts the stored key count inside tx.
+func addCount(tx *bolt.Tx, delta int64) error {
+	meta := tx.Bucket(bucketMeta)
+	n := int64(getUint(meta, keyCount)) + delta
+	if n < 0 {
+		n = 0
+	}
+	return putUint(meta, keyCount, uint64(n))
+}
+
+// put records key as applied inside tx unless it is already there. It
+// reports what was stored before: existed with its hash.
+func put(tx *bolt.Tx, key []byte, hash [32]byte, at time.Time) (existed bool, old [32]byte, err error) {
+	keys := tx.Bucket(bucketKeys)
+	if v := keys.Get(key); v != nil {
+		_, old, err = decodeValue(v)
+		return true, old, err
+	}
+	if err := keys.Put(key, encodeValue(at, hash)); err != nil {
+		return false, old, err
+	}
+	if err := tx.Bucket(bucketTime).Put(timeKey(at, key), nil); err != nil {
+		return false, old, err
+	}
+	return false, old, addCount(tx, 1)
+}
+
+// waitCtx returns ctx's error, ErrClosed, or nil once ch is closed.
+func (l *Ledger) waitCtx(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closing:
+		return ErrClosed
+	}
+}

@@ -1,0 +1,455 @@
+package ledger
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+)
+
+// childCommitEnv makes the test binary a process that commits keys, prints
+// how many are durable, and waits to be killed.
+const childCommitEnv = "LEDGER_TEST_COMMIT"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childCommitEnv); path != "" {
+		os.Exit(commitUntilKilled(path))
+	}
+	os.Exit(m.Run())
+}
+
+func commitUntilKilled(path string) int {
+	l, err := Open(path, Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	for i := 0; ; i++ {
+		c, v, err := l.Claim(context.Background(), Key{"crash", strconv.Itoa(i)}, hashOf("p"), time.Second)
+		if err != nil || v != Pass {
+			fmt.Println("error:", v, err)
+			return 1
+		}
+		if err := c.Commit(context.Background()); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("committed", i) // printed only after the fsync
+	}
+}
+
+func hashOf(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+
+func openT(t testing.TB, path string, opts Options) *Ledger {
+	t.Helper()
+	l, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !l.isClosed() {
+			_ = l.Close()
+		}
+	})
+	return l
+}
+
+func claimT(t testing.TB, l *Ledger, key Key, payload string) (*Claim, Verdict) {
+	t.Helper()
+	c, v, err := l.Claim(context.Background(), key, hashOf(payload), time.Second)
+	if err != nil {
+		t.Fatalf("claim %s: %v", key, err)
+	}
+	return c, v
+}
+
+func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l := openT(t, path, Options{})
+	key := Key{"sensor-demo", "batch-42"}
+	c, v := claimT(t, l, key, `{"delta":1}`)
+	if v != Pass {
+		t.Fatalf("first copy: got %v, want pass", v)
+	}
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, v := claimT(t, l, key, `{"delta":1}`); v != Duplicate {
+		t.Fatalf("second copy: got %v, want duplicate", v)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openT(t, path, Options{})
+	if _, v := claimT(t, l, key, `{"delta":1}`); v != Duplicate {
+		t.Fatalf("after reopen: got %v, want duplicate", v)
+	}
+	// The namespace is part of the key.
+	if c, v := claimT(t, l, Key{"other-producer", "batch-42"}, `{"delta":1}`); v != Pass {
+		t.Fatalf("other namespace: got %v, want pass", v)
+	} else {
+		c.Release()
+	}
+	if got := l.Stats().Keys; got != 1 {
+		t.Fatalf("key count after reopen = %d, want 1", got)
+	}
+}
+
+func TestSameKeyDifferentPayloadIsConflict(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	key := Key{"p", "e1"}
+	c, _ := claimT(t, l, key, "a")
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, v := claimT(t, l, key, "b"); v != Conflict {
+		t.Fatalf("got %v, want conflict", v)
+	}
+}
+
+func TestNamespaceAndKeyDoNotCollide(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	c, _ := claimT(t, l, Key{"a", "bc"}, "x")
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c, v := claimT(t, l, Key{"ab", "c"}, "x"); v != Pass {
+		t.Fatalf("(ab,c) after (a,bc): got %v, want pass", v)
+	} else {
+		c.Release()
+	}
+}
+
+func TestEmptyAndOversizedKeysAreRefused(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if _, _, err := l.Claim(context.Background(), Key{"ns", ""}, hashOf("x"), time.Second); err == nil {
+		t.Fatal("empty key was accepted")
+	}
+	if _, _, err := l.Claim(context.Background(), Key{"", strings.Repeat("k", MaxKeyBytes+1)}, hashOf("x"), time.Second); err == nil {
+		t.Fatal("oversized key was accepted")
+	}
+}
+
+func TestSecondCopyWaitsForFirst(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	key := Key{"p", "e1"}
+
+	type result struct {
+		c   *Claim
+		v   Verdict
+		err error
+	}
+	second := func() chan result {
+		ch := make(chan result, 1)
+		go func() {
+			c, v, err := l.Claim(context.Background(), key, hashOf("x"), 5*time.Second)
+			ch <- result{c, v, err}
+		}()
+		return ch
+	}
+	notYet := func(ch chan result) {
+		t.Helper()
+		select {
+		case r := <-ch:
+			t.Fatalf("second copy returned while the first was in flight: %v %v", r.v, r.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	get := func(ch chan result) result {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("second copy never returned")
+			return result{}
+		}
+	}
+
+	// First fails: the second is not lost, it passes.
+	first, _ := claimT(t, l, key, "x")
+	ch := second()
+	notYet(ch)
+	first.Release()
+	r := get(ch)
+	if r.err != nil || r.v != Pass {
+		t.Fatalf("after the first released: %v %v, want pass", r.v, r.err)
+	}
+
+	// That copy commits: a third copy waiting on it becomes a duplicate.
+	ch = second()
+	notYet(ch)
+	if err := r.c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(ch); r.err != nil || r.v != Duplicate {
+		t.Fatalf("after the first committed: %v %v, want duplicate", r.v, r.err)
+	}
+}
+
+func TestWaitForCopyInFlightTimesOut(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	key := Key{"p", "e1"}
+	first, _ := claimT(t, l, key, "x")
+	_, _, err := l.Claim(context.Background(), key, hashOf("x"), 50*time.Millisecond)
+	if !errors.Is(err, ErrInFlight) {
+		t.Fatalf("got %v, want ErrInFlight", err)
+	}
+	first.Release()
+}
+
+func TestManyConcurrentCopiesExactlyOnePasses(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	const copies = 32
+	var mu sync.Mutex
+	verdicts := map[Verdict]int{}
+	var wg sync.WaitGroup
+	for range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, v, err := l.Claim(context.Background(), Key{"p", "same"}, hashOf("x"), 10*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if v == Pass {
+				if err := c.Commit(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Lock()
+			verdicts[v]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if verdicts[Pass] != 1 || verdicts[Duplicate] != copies-1 {
+		t.Fatalf("verdicts %v, want 1 pass and %d duplicates", verdicts, copies-1)
+	}
+}
+
+func TestApplyCommitsOnlyWithItsTransaction(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	key := Key{"p", "e1"}
+	c, _ := claimT(t, l, key, "x")
+
+	// A rolled-back transaction leaves the key unapplied and the claim held.
+	errRollback := errors.New("roll back")
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		if err := c.Apply(tx); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	if applied, _, _, _ := l.Lookup(key); applied || c.Committed() {
+		t.Fatal("key applied by a rolled-back transaction")
+	}
+
+	if err := l.db.Update(c.Apply); err != nil {
+		t.Fatal(err)
+	}
+	if applied, _, _, _ := l.Lookup(key); !applied || !c.Committed() {
+		t.Fatalf("after commit: applied=%v committed=%v", applied, c.Committed())
+	}
+	// Commit after Apply is a no-op; Release cannot undo it.
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.Release() {
+		t.Fatal("released a committed claim")
+	}
+	if got := l.Stats().Keys; got != 1 {
+		t.Fatalf("keys = %d, want 1", got)
+	}
+}
+
+// The ledger and the outbox share one file and one transaction: the key is
+// applied exactly when the record is appended.
+func TestApplyAsOutboxParticipant(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	l := openT(t, path, Options{})
+	ob, err := outbox.Open(path, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if ob.Path() != l.Path() {
+		t.Fatalf("outbox path %q != ledger path %q: participants would never match", ob.Path(), l.Path())
+	}
+	skip := func(run func(*bolt.Tx) error) func(*bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			if err := run(tx); errors.Is(err, ErrApplied) {
+				return outbox.ErrSkip
+			} else {
+				return err
+			}
+		}
+	}
+	key := Key{"p", "e1"}
+	c, _ := claimT(t, l, key, "payload")
+	if _, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(c.Apply)}}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Committed() || ob.Stats().Pending != 1 {
+		t.Fatalf("committed=%v pending=%d, want true and 1", c.Committed(), ob.Stats().Pending)
+	}
+	// A copy marked duplicate appends nothing even after the record was sent
+	// and removed.
+	recs, err := ob.Read(0, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatal(recs, err)
+	}
+	if err := ob.Remove(recs[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, v := claimT(t, l, key, "payload"); v != Duplicate {
+		t.Fatalf("got %v, want duplicate", v)
+	}
+	rec, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(l.SkipIfApplied(key, hashOf("payload")))}})
+	if err != nil || rec.Seq != 0 || ob.Stats().Pending != 0 {
+		t.Fatalf("duplicate append: seq=%d err=%v pending=%d, want skipped", rec.Seq, err, ob.Stats().Pending)
+	}
+}
+
+func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{Retention: 200 * time.Millisecond, ExpireBatch: 50, ExpireInterval: 20 * time.Millisecond})
+	// A steady stream: 20 rounds of 50 keys, 50 ms apart (~1,000 keys/s).
+	// With 200 ms retention the ledger should hold about 4-5 rounds.
+	maxSeen := int64(0)
+	for round := range 20 {
+		for i := range 50 {
+			c, v := claimT(t, l, Key{"p", fmt.Sprintf("%d-%d", round, i)}, "x")
+			if v != Pass {
+				t.Fatalf("fresh key: %v", v)
+			}
+			if err := c.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		maxSeen = max(maxSeen, l.Stats().Keys)
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Bounded: far below the 1,000 keys written. The bound is generous
+	// (a slow machine may delay the expirer) but a ledger that never
+	// expires would reach 1,000.
+	if maxSeen >= 600 {
+		t.Fatalf("ledger grew to %d keys with 200ms retention; expiry is not keeping up", maxSeen)
+	}
+	if l.Stats().Expired == 0 {
+		t.Fatal("nothing expired")
+	}
+	// An expired key passes again.
+	if c, v := claimT(t, l, Key{"p", "0-0"}, "x"); v != Pass {
+		t.Fatalf("expired key: got %v, want pass", v)
+	} else {
+		c.Release()
+	}
+	// The stored count matches the keys.
+	var n int
+	_ = l.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bucketKeys).Stats().KeyN; return nil })
+	if int64(n) != l.Stats().Keys {
+		t.Fatalf("count %d != keys in bucket %d", l.Stats().Keys, n)
+	}
+}
+
+func TestExpireKeepsClaimedKeysAndIsBatched(t *testing.T) {
+	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{ExpireBatch: 10})
+	for i := range 25 {
+		c, _ := claimT(t, l, Key{"p", strconv.Itoa(i)}, "x")
+		if err := c.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, more, err := l.expireBatch(time.Now().Add(time.Hour))
+	if err != nil || n != 10 || !more {
+		t.Fatalf("one batch: deleted %d more=%v err=%v, want 10 and more", n, more, err)
+	}
+	n, err = l.Expire(time.Now().Add(time.Hour))
+	if err != nil || n != 15 || l.Stats().Keys != 0 {
+		t.Fatalf("rest: deleted %d err=%v keys=%d", n, err, l.Stats().Keys)
+	}
+}
+
+// A SIGKILLed process loses no key it reported as committed.
+func TestCommittedKeysSurviveSIGKILL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childCommitEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "error") {
+			t.Fatal(line)
+		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(line, "committed ")); err == nil {
+			last = n
+		}
+		if last >= 200 {
+			break
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if last < 200 {
+		t.Fatalf("child committed only %d keys", last)
+	}
+
+	l := openT(t, path, Options{})
+	for i := 0; i <= last; i++ {
+		if applied, _, _, err := l.Lookup(Key{"crash", strconv.Itoa(i)}); err != nil || !applied {
+			t.Fatalf("key %d reported committed before SIGKILL is missing (err %v)", i, err)
+		}
+	}
+	if got := l.Stats().Keys; got < int64(last+1) {
+		t.Fatalf("stored count %d < %d committed keys", got, last+1)
+	}
+}
+
+func TestOpenSharesOneLedgerPerFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	a := openT(t, path, Options{})
+	b, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Fatal("two ledgers for one file: their claims would not see each other")
+	}
+	if _, err := Open(path, Options{Retention: time.Hour}); err == nil {
+		t.Fatal("a different retention on the same file was accepted")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// a still works after b's Close.
+	c, _ := claimT(t, a, Key{"p", "x"}, "x")
+	if err := c.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
