@@ -320,3 +320,20 @@ func openError(path string, err error) error {
 		return fmt.Errorf("opening bbolt file %s: %w", path, err)
 	}
 }
+
+// Uint64 reads a counter stored by PutUint64; a missing or malformed value
+// reads as 0.
+func Uint64(b *bolt.Bucket, key []byte) uint64 {
+	v := b.Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// PutUint64 stores n under key as 8 big-endian bytes.
+func PutUint64(b *bolt.Bucket, key []byte, n uint64) error {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], n)
+	return b.Put(key, v[:])
+}

@@ -28,6 +28,10 @@ const (
 	// BeforeSourceAck: reliable_mqtt_in's pipeline acknowledged a message and
 	// its delivery hooks ran, the PUBACK/PUBREC has not been sent.
 	BeforeSourceAck = "before-source-ack"
+	// SQLCommitted: dedup_ledger's SQL transaction (ledger row + apply
+	// statements) committed, the message has not moved on and is not
+	// acknowledged.
+	SQLCommitted = "sql-committed"
 )
 
 var (

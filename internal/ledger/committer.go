@@ -3,10 +3,11 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
 // commitReq is one Claim.Commit handed to the committer.
@@ -35,44 +36,16 @@ func (l *Ledger) commit(ctx context.Context, c *Claim) error {
 	return r.err
 }
 
-// commitLoop is the ledger's single writer: it takes every waiting Commit
-// (up to MaxBatch) and records them in one transaction, one fsync per group.
+// commitLoop is the ledger's single writer: every waiting Commit, up to
+// MaxBatch, is recorded in one transaction (one fsync per group).
 func (l *Ledger) commitLoop() {
 	defer close(l.committerDone)
-	batch := make([]*commitReq, 0, l.opts.MaxBatch)
-	for {
-		select {
-		case r := <-l.reqs:
-			batch = append(batch[:0], r)
-		case <-l.closing:
-			return
+	groupcommit.Run(l.reqs, l.closing, l.opts.MaxBatch, func(group []*commitReq) {
+		l.commitBatch(group)
+		for _, r := range group {
+			r.done <- struct{}{}
 		}
-		batch = l.drain(batch)
-		l.commitBatch(batch)
-		for i := range batch {
-			batch[i].done <- struct{}{}
-			batch[i] = nil
-		}
-	}
-}
-
-// drain adds every ready request; one yield lets writers woken by the
-// previous commit queue up (the same idea as the outbox committer).
-func (l *Ledger) drain(batch []*commitReq) []*commitReq {
-	for yielded := false; len(batch) < l.opts.MaxBatch; {
-		select {
-		case r := <-l.reqs:
-			batch = append(batch, r)
-			yielded = false
-		default:
-			if yielded {
-				return batch
-			}
-			runtime.Gosched()
-			yielded = true
-		}
-	}
-	return batch
+	})
 }
 
 func (l *Ledger) commitBatch(batch []*commitReq) {

@@ -169,7 +169,7 @@ func (l *Ledger) load() error {
 		if tx.Bucket(bucketKeys) == nil || tx.Bucket(bucketTime) == nil || meta == nil {
 			return nil
 		}
-		l.keys.Store(int64(getUint(meta, keyCount)))
+		l.keys.Store(int64(boltfile.Uint64(meta, keyCount)))
 		ready = true
 		return nil
 	})
@@ -189,7 +189,7 @@ func (l *Ledger) load() error {
 		if err != nil {
 			return err
 		}
-		l.keys.Store(int64(getUint(meta, keyCount)))
+		l.keys.Store(int64(boltfile.Uint64(meta, keyCount)))
 		return nil
 	})
 	if err != nil {
@@ -340,28 +340,14 @@ func timeKey(at time.Time, key []byte) []byte {
 	return append(out, key...)
 }
 
-func getUint(b *bolt.Bucket, key []byte) uint64 {
-	v := b.Get(key)
-	if len(v) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(v)
-}
-
-func putUint(b *bolt.Bucket, key []byte, n uint64) error {
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], n)
-	return b.Put(key, v[:])
-}
-
 // addCount adjusts the stored key count inside tx.
 func addCount(tx *bolt.Tx, delta int64) error {
 	meta := tx.Bucket(bucketMeta)
-	n := int64(getUint(meta, keyCount)) + delta
+	n := int64(boltfile.Uint64(meta, keyCount)) + delta
 	if n < 0 {
 		n = 0
 	}
-	return putUint(meta, keyCount, uint64(n))
+	return boltfile.PutUint64(meta, keyCount, uint64(n))
 }
 
 // put records key as applied inside tx unless it is already there. It

@@ -62,6 +62,9 @@ type Conn struct {
 	paho     paho.Client
 	lostOnce sync.Once
 	lost     chan struct{}
+
+	dropMu  sync.Mutex
+	dropErr error // why Drop closed the connection; nil otherwise
 }
 
 // Lost is closed when the connection is gone.
@@ -78,6 +81,27 @@ func (c *Conn) Alive() bool {
 }
 
 func (c *Conn) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
+
+// Drop closes the connection on purpose, e.g. when a component must fail
+// closed. It never blocks, so it may be called from OnMessage. Nothing more
+// is sent on this Conn (acks and publishes go nowhere). The Client
+// reconnects after its backoff delay, which grows while connections keep
+// being dropped, so a drop that repeats on every connection cannot spin.
+func (c *Conn) Drop(reason error) {
+	c.dropMu.Lock()
+	if c.dropErr == nil {
+		c.dropErr = reason
+	}
+	c.dropMu.Unlock()
+	c.markLost()
+}
+
+// dropReason returns the reason given to Drop, or nil.
+func (c *Conn) dropReason() error {
+	c.dropMu.Lock()
+	defer c.dropMu.Unlock()
+	return c.dropErr
+}
 
 // Publish sends one message and waits, bounded by ctx, for its completion
 // (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
@@ -278,7 +302,6 @@ func (c *Client) loop() {
 			delay = min(delay*2, c.cfg.ReconnectMax)
 			continue
 		}
-		delay = c.cfg.ReconnectInitial
 		c.setCurrent(conn)
 		if c.log != nil {
 			c.log.Infof("MQTT connected to %v as %q (session present: %v)", c.cfg.URLs, c.cfg.ClientID, conn.SessionPresent)
@@ -289,10 +312,25 @@ func (c *Client) loop() {
 			if c.log != nil {
 				c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
 			}
+			lostErr := ErrNotConnected
+			if r := conn.dropReason(); r != nil {
+				lostErr = r
+			}
 			if c.h.OnLost != nil {
-				c.h.OnLost(conn, ErrNotConnected)
+				c.h.OnLost(conn, lostErr)
 			}
 			conn.paho.Disconnect(0)
+			if conn.dropReason() == nil {
+				delay = c.cfg.ReconnectInitial
+				continue
+			}
+			// A dropped connection counts as a failed attempt: back off.
+			select {
+			case <-time.After(delay):
+			case <-c.closing:
+				return
+			}
+			delay = min(delay*2, c.cfg.ReconnectMax)
 		case <-c.closing:
 			c.setCurrent(nil)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.
@@ -372,7 +410,15 @@ func (c *Client) connect() (*Conn, error) {
 		err := c.h.OnConnect(ctx, conn)
 		cancel()
 		if err != nil {
-			conn.paho.Disconnect(0)
+			// On Close, let paho write what it was already handed (acks of
+			// messages that arrived before the SUBACK), as the ready path does.
+			quiesce := uint(0)
+			select {
+			case <-c.closing:
+				quiesce = 250
+			default:
+			}
+			conn.paho.Disconnect(quiesce)
 			conn.markLost()
 			return nil, fmt.Errorf("after connect: %w", err)
 		}

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
 // request is one Append (entry != nil) or Remove (seqs) handed to the
@@ -40,48 +42,16 @@ type entryFailure struct {
 
 func (e *entryFailure) Error() string { return e.err.Error() }
 
-// commitLoop is the single writer. It takes every request that is waiting
-// (up to MaxBatch) and commits them in one transaction: one fsync for the
-// whole group. It never waits for more requests to arrive.
+// commitLoop is the single writer: every waiting request, up to MaxBatch,
+// goes into one transaction (one fsync for the whole group).
 func (o *Outbox) commitLoop() {
 	defer close(o.committerDone)
-	batch := make([]*request, 0, min(o.opts.MaxBatch, 1024))
-	for {
-		select {
-		case r := <-o.reqs:
-			batch = append(batch[:0], r)
-		case <-o.closing:
-			return
+	groupcommit.Run(o.reqs, o.closing, o.opts.MaxBatch, func(group []*request) {
+		o.commit(group)
+		for _, r := range group {
+			r.done <- struct{}{}
 		}
-		batch = o.drain(batch)
-		o.commit(batch)
-		for i := range batch {
-			batch[i].done <- struct{}{}
-			batch[i] = nil
-		}
-	}
-}
-
-// drain adds every request that is ready to batch. Writers woken by the
-// previous commit may not have run yet; yielding once lets them queue up so
-// the next transaction carries them all instead of a few (the rest would
-// wait a whole fsync). With one writer this costs a scheduler pass, not a
-// timed delay.
-func (o *Outbox) drain(batch []*request) []*request {
-	for yielded := false; len(batch) < o.opts.MaxBatch; {
-		select {
-		case r := <-o.reqs:
-			batch = append(batch, r)
-			yielded = false
-		default:
-			if yielded {
-				return batch
-			}
-			runtime.Gosched()
-			yielded = true
-		}
-	}
-	return batch
+	})
 }
 
 // delta is what one committed attempt changes in Stats.
@@ -199,10 +169,10 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 		pending, pendingBytes := o.stats.Pending+d.pending, o.stats.PendingBytes+d.bytes
 		wasEmpty := o.stats.Pending == 0
 		o.mu.Unlock()
-		if err := putUint(meta, keyPending, uint64(pending)); err != nil {
+		if err := boltfile.PutUint64(meta, keyPending, uint64(pending)); err != nil {
 			return err
 		}
-		if err := putUint(meta, keyPendingBytes, uint64(pendingBytes)); err != nil {
+		if err := boltfile.PutUint64(meta, keyPendingBytes, uint64(pendingBytes)); err != nil {
 			return err
 		}
 		if removed || wasEmpty {

@@ -215,8 +215,8 @@ func (o *Outbox) load() error {
 }
 
 func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
-	o.stats.Pending = int(getUint(meta, keyPending))
-	o.stats.PendingBytes = int64(getUint(meta, keyPendingBytes))
+	o.stats.Pending = int(boltfile.Uint64(meta, keyPending))
+	o.stats.PendingBytes = int64(boltfile.Uint64(meta, keyPendingBytes))
 	if _, v := records.Cursor().First(); v != nil {
 		o.stats.Oldest, _ = enqueuedOf(v)
 	}
@@ -425,18 +425,4 @@ func (e *CorruptRecordError) Unwrap() error { return ErrCorrupt }
 
 func corruptError(path string, seq uint64, err error) error {
 	return &CorruptRecordError{Path: path, Seq: seq, Err: err}
-}
-
-func getUint(b *bolt.Bucket, key []byte) uint64 {
-	v := b.Get(key)
-	if len(v) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(v)
-}
-
-func putUint(b *bolt.Bucket, key []byte, n uint64) error {
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], n)
-	return b.Put(key, v[:])
 }

@@ -3,5 +3,7 @@
 package all
 
 import (
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/ledger"
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttin"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 )

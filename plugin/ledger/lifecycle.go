@@ -1,0 +1,322 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
+)
+
+// processor is one pipeline thread's dedup_ledger. Benthos builds one per
+// thread; they share the file's *ledger.Ledger and so its claims.
+type processor struct {
+	s   settings
+	l   *ledger.Ledger
+	log *service.Logger
+	m   *metrics
+
+	closeOnce sync.Once // Benthos may call Close more than once
+	closeErr  error
+}
+
+func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processor, error) {
+	s, err := parseSettings(conf)
+	if err != nil {
+		return nil, err
+	}
+	if s.sql != nil {
+		return nil, errors.New("dedup_ledger: internal error: the bbolt processor was given an sql config")
+	}
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the directory of dedup ledger %s: %w", s.path, err)
+	}
+	l, err := ledger.Open(s.path, ledger.Options{Retention: s.retention})
+	if err != nil {
+		return nil, err
+	}
+	p := &processor{s: s, l: l, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}
+	p.m.keys.Set(l.Stats().Keys)
+	return p, nil
+}
+
+func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
+	// Exactly one store: a bbolt file or an SQL database.
+	hasPath, hasSQL := conf.Contains(fieldPath), conf.Contains(fieldSQL)
+	switch {
+	case hasPath && hasSQL:
+		return s, errors.New("dedup_ledger: set either path (a bbolt file) or sql (a database), not both")
+	case !hasPath && !hasSQL:
+		return s, errors.New("dedup_ledger: no ledger store: set path (a bbolt file; use the outbox.path of the reliable_mqtt_out that follows) or sql (a SQLite or PostgreSQL database)")
+	case hasPath:
+		if s.path, err = conf.FieldString(fieldPath); err != nil {
+			return s, err
+		}
+		if s.path == "" {
+			return s, errors.New("path is empty: give the bbolt file of the dedup ledger (use the outbox.path of the reliable_mqtt_out that follows), or use sql instead")
+		}
+	default:
+		if s.sql, err = parseSQLSettings(conf.Namespace(fieldSQL)); err != nil {
+			return s, err
+		}
+	}
+	if s.key, err = conf.FieldInterpolatedString(fieldKey); err != nil {
+		return s, err
+	}
+	if raw, _ := conf.FieldString(fieldNamespace); raw != "" {
+		if s.namespace, err = conf.FieldInterpolatedString(fieldNamespace); err != nil {
+			return s, err
+		}
+	}
+	dup, err := conf.FieldString(fieldOnDuplicate)
+	if err != nil {
+		return s, err
+	}
+	if dup != duplicateDrop && dup != duplicateFlag {
+		return s, fmt.Errorf("on_duplicate must be %q or %q, got %q", duplicateDrop, duplicateFlag, dup)
+	}
+	s.flag = dup == duplicateFlag
+	if s.retention, err = conf.FieldDuration(fieldRetention); err != nil {
+		return s, err
+	}
+	if s.retention < 0 {
+		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
+	}
+	mode, err := conf.FieldString(fieldCommit)
+	if err != nil {
+		return s, err
+	}
+	if mode != commitAuto && mode != commitImmediate {
+		return s, fmt.Errorf("commit must be %q or %q, got %q", commitAuto, commitImmediate, mode)
+	}
+	s.immediate = mode == commitImmediate
+	if s.waitTimeout, err = conf.FieldDuration(fieldWaitTimeout); err != nil {
+		return s, err
+	}
+	if s.waitTimeout <= 0 {
+		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
+	}
+	return s, nil
+}
+
+// errNoCommitPath explains what commit: auto needs.
+var errNoCommitPath = errors.New("dedup_ledger (commit: auto) cannot record this message's key: it did not come from reliable_mqtt_in, so nothing tells the ledger when its effect is committed. " +
+	"Read it with reliable_mqtt_in (the key is then committed with the outbox record of a reliable_mqtt_out on the same file, or when the pipeline acknowledges the message), " +
+	"or set commit: immediate to record keys before the output runs (like Benthos's dedupe: a failed output then loses the message)")
+
+// ProcessBatch checks every message of the batch against the ledger.
+func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	out := make(service.MessageBatch, 0, len(batch))
+	type seen struct{ hash [32]byte }
+	inBatch := map[ledger.Key]seen{}
+	for i, msg := range batch {
+		key, err := p.keyOf(batch, i)
+		if err != nil {
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		payload, err := msg.AsBytes()
+		if err != nil {
+			out = append(out, p.fail(msg, fmt.Errorf("dedup key %s: reading payload: %w", key, err)))
+			continue
+		}
+		hash := sha256.Sum256(payload)
+
+		// A copy of a key an earlier message of this batch claimed: the
+		// batch is acknowledged or retried as one, so waiting for that
+		// claim would wait for ourselves.
+		if earlier, ok := inBatch[key]; ok {
+			if earlier.hash != hash {
+				out = append(out, p.conflict(msg, key))
+			} else if m := p.duplicate(msg, key, hash); m != nil {
+				out = append(out, m)
+			}
+			continue
+		}
+
+		claim, verdict, err := p.l.Claim(ctx, key, hash, p.s.waitTimeout)
+		if err != nil {
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		switch verdict {
+		case ledger.Duplicate:
+			if m := p.duplicate(msg, key, hash); m != nil {
+				out = append(out, m)
+			}
+			continue
+		case ledger.Conflict:
+			out = append(out, p.conflict(msg, key))
+			continue
+		}
+		m, err := p.pass(ctx, msg, claim)
+		if err != nil {
+			claim.Release()
+			p.m.releases.Incr(1)
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		inBatch[key] = seen{hash}
+		out = append(out, m)
+	}
+	p.m.keys.Set(p.l.Stats().Keys)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return []service.MessageBatch{out}, nil
+}
+
+// keyOf evaluates namespace and key. An empty key, or "null" — what a
+// missing metadata key interpolates to — is an error: accepting it would
+// deduplicate every keyless message under one key.
+func (p *processor) keyOf(batch service.MessageBatch, i int) (ledger.Key, error) {
+	id, err := batch.TryInterpolatedString(i, p.s.key)
+	if err != nil {
+		return ledger.Key{}, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
+	}
+	if id == "" || id == "null" {
+		return ledger.Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
+	}
+	var ns string
+	if p.s.namespace != nil {
+		if ns, err = batch.TryInterpolatedString(i, p.s.namespace); err != nil {
+			return ledger.Key{}, fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
+		}
+		if ns == "null" {
+			return ledger.Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
+		}
+	}
+	return ledger.Key{Namespace: ns, ID: id}, nil
+}
+
+// pass lets a claimed message through and arranges for its key to be
+// recorded when its effect commits.
+func (p *processor) pass(ctx context.Context, msg *service.Message, claim *ledger.Claim) (*service.Message, error) {
+	if p.s.immediate {
+		if err := claim.Commit(ctx); err != nil {
+			return nil, err
+		}
+		p.m.commits.Incr(1)
+		p.m.passed.Incr(1)
+		return msg, nil
+	}
+	hooks := commit.HooksFrom(msg.Context())
+	if hooks == nil {
+		return nil, fmt.Errorf("dedup key %s: %w", claim.Key(), errNoCommitPath)
+	}
+	if err := hooks.Register(p.onDelivered(claim)); err != nil {
+		return nil, fmt.Errorf("dedup key %s: %w", claim.Key(), err)
+	}
+	ctx2 := commit.WithParticipant(msg.Context(), commit.Participant{
+		Path: p.l.Path(),
+		Run: func(tx *bolt.Tx) error {
+			err := claim.Apply(tx)
+			if errors.Is(err, ledger.ErrApplied) {
+				return commit.ErrAlreadyApplied
+			}
+			return err
+		},
+	})
+	p.m.passed.Incr(1)
+	return msg.WithContext(ctx2), nil
+}
+
+// onDelivered is the delivery hook of a passed message: it runs once with
+// the pipeline's final result, before the input acknowledges the source.
+func (p *processor) onDelivered(claim *ledger.Claim) commit.DeliveryHook {
+	return func(ctx context.Context, result error) error {
+		if result != nil {
+			// Nothing to do if an output on our file already committed the
+			// key with its record: that effect is durable.
+			if claim.Release() {
+				p.m.releases.Incr(1)
+			} else if claim.Committed() {
+				p.m.commits.Incr(1)
+			}
+			return nil
+		}
+		if err := claim.Commit(ctx); err != nil {
+			if claim.Release() {
+				p.m.releases.Incr(1)
+			}
+			// Failing the hook keeps the source unacknowledged: the broker
+			// redelivers and the copy passes again.
+			return fmt.Errorf("dedup_ledger: recording key %s in %s failed, the message is not acknowledged and will be redelivered: %w", claim.Key(), p.l.Path(), err)
+		}
+		p.m.commits.Incr(1)
+		p.m.keys.Set(p.l.Stats().Keys)
+		return nil
+	}
+}
+
+// duplicate drops msg, or flags it; a flagged copy carries a participant
+// that stops a writer on the ledger's file from storing it again.
+func (p *processor) duplicate(msg *service.Message, key ledger.Key, hash [32]byte) *service.Message {
+	p.m.duplicates.Incr(1)
+	if !p.s.flag {
+		p.log.Debugf("Dropping duplicate of dedup key %s", key)
+		return nil
+	}
+	skip := p.l.SkipIfApplied(key, hash)
+	msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
+		Path: p.l.Path(),
+		Run: func(tx *bolt.Tx) error {
+			if err := skip(tx); errors.Is(err, ledger.ErrApplied) {
+				return commit.ErrAlreadyApplied
+			} else {
+				return err
+			}
+		},
+	}))
+	msg.MetaSetMut(metaDuplicate, true)
+	return msg
+}
+
+// conflict flags a copy whose payload differs from the applied one.
+func (p *processor) conflict(msg *service.Message, key ledger.Key) *service.Message {
+	p.m.conflicts.Incr(1)
+	p.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true", key, metaConflict)
+	msg.MetaSetMut(metaConflict, true)
+	return msg
+}
+
+// fail flags msg with err, and makes a writer on the ledger's file refuse
+// it, so a message the ledger could not check is never enqueued unchecked.
+func (p *processor) fail(msg *service.Message, err error) *service.Message {
+	p.m.errors.Incr(1)
+	p.log.Errorf("%v", err)
+	msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
+		Path: p.l.Path(),
+		Run: func(*bolt.Tx) error {
+			return fmt.Errorf("dedup_ledger failed for this message, so it is not stored: %w", err)
+		},
+	}))
+	msg.SetError(err)
+	return msg
+}
+
+// Close releases this thread's share of the ledger. Benthos gives Close a
+// context without deadline; the ledger bounds its own wait.
+func (p *processor) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- p.l.Close() }()
+		select {
+		case p.closeErr = <-done:
+		case <-ctx.Done():
+			p.closeErr = ctx.Err()
+		case <-time.After(15 * time.Second):
+			p.closeErr = fmt.Errorf("closing dedup ledger %s: timed out", p.l.Path())
+		}
+	})
+	return p.closeErr
+}

@@ -1,0 +1,273 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
+)
+
+const (
+	fieldSQLDriver          = "driver"
+	fieldSQLDSN             = "dsn"
+	fieldSQLTable           = "table"
+	fieldSQLInit            = "init_statements"
+	fieldSQLApply           = "apply"
+	fieldSQLQuery           = "query"
+	fieldSQLArgs            = "args_mapping"
+	fieldSQLMaxBatch        = "max_batch"
+	fieldSQLMaxOpen         = "max_open_conns"
+	fieldSQLMaxIdle         = "max_idle_conns"
+	fieldSQLConnMaxLifetime = "conn_max_lifetime"
+	fieldSQLConnectTimeout  = "connect_timeout"
+	fieldSQLBusyTimeout     = "busy_timeout"
+	fieldSQLRetry           = "retry"
+	fieldSQLRetryInitial    = "initial_interval"
+	fieldSQLRetryMax        = "max_interval"
+	fieldSQLRetryCount      = "max_retries"
+)
+
+func sqlField() *service.ConfigField {
+	return service.NewObjectField(fieldSQL,
+		service.NewStringAnnotatedEnumField(fieldSQLDriver, map[string]string{
+			string(sqlledger.SQLite):   "Embedded SQLite (pure Go, nothing to install). The DSN is a file path.",
+			string(sqlledger.Postgres): "PostgreSQL, for a ledger several consumer instances share.",
+		}).Description("The database.").Default(string(sqlledger.SQLite)),
+		service.NewStringField(fieldSQLDSN).
+			Description("For SQLite the database file (WAL, `synchronous=FULL` and a busy timeout are added unless the DSN sets them). For PostgreSQL a `postgres://` URL or `key=value` string. Passwords are redacted in errors and logs.").
+			Example("./data/ledger.db").
+			Example("postgres://app:secret@db.internal:5432/app?sslmode=verify-full"),
+		service.NewStringField(fieldSQLTable).
+			Description("The ledger table, created if missing: primary key (`namespace`, `key`), the payload's SHA-256 `hash` and `applied_at`. Lower-case letters, digits and underscores.").
+			Default("dedup_ledger"),
+		service.NewStringListField(fieldSQLInit).
+			Description("Statements run once, in order, when the processor starts (outside any message's transaction), e.g. `CREATE TABLE IF NOT EXISTS` for the tables `apply` writes. A failing statement stops the pipeline from starting.").
+			Default([]any{}),
+		service.NewObjectListField(fieldSQLApply,
+			service.NewStringField(fieldSQLQuery).
+				Description("The statement, with the driver's placeholders: `?` for SQLite, `$1`, `$2`, … for PostgreSQL. Transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`, `END`, `START`, `ABORT`) is refused: the processor owns the transaction."),
+			service.NewBloblangField(fieldSQLArgs).
+				Description("A Bloblang mapping whose result is the array of the statement's arguments. Objects and arrays as arguments are refused: encode them, e.g. `this.doc.format_json()`.").
+				Example(`root = [ this.delta ]`).
+				Optional(),
+		).Description("The message's effect: statements run in the SAME transaction as the ledger insert, and only when that insert created the row (the key was new). The transaction commits before the message moves on. Without `apply` the key is recorded when the pipeline acknowledges the message, as with `path`.").
+			Default([]any{}),
+		service.NewIntField(fieldSQLMaxBatch).
+			Description("At most this many messages, from all pipeline threads, share one transaction (each in its own savepoint, so a failing message rolls back alone). More `pipeline.threads` give more messages to group.").
+			Default(64).Advanced(),
+		service.NewIntField(fieldSQLMaxOpen).
+			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 8 for PostgreSQL. It is also how many transactions run at once.").
+			Default(0).Advanced(),
+		service.NewIntField(fieldSQLMaxIdle).
+			Description("Maximum idle connections; `0` means `max_open_conns`.").
+			Default(0).Advanced(),
+		service.NewDurationField(fieldSQLConnMaxLifetime).
+			Description("Close connections older than this; `0s` keeps them.").
+			Default("0s").Advanced(),
+		service.NewDurationField(fieldSQLConnectTimeout).
+			Description("How long the first connection may take at start.").
+			Default("10s").Advanced(),
+		service.NewDurationField(fieldSQLBusyTimeout).
+			Description("SQLite only: how long a transaction waits for another process's lock.").
+			Default("5s").Advanced(),
+		service.NewObjectField(fieldSQLRetry,
+			service.NewDurationField(fieldSQLRetryInitial).Description("First backoff after a serialization failure, deadlock or SQLITE_BUSY.").Default("10ms"),
+			service.NewDurationField(fieldSQLRetryMax).Description("The backoff doubles up to this.").Default("1s"),
+			service.NewIntField(fieldSQLRetryCount).Description("How many times such a transaction is run again before the messages fail (and are redelivered later). `0` never retries.").Default(10),
+		).Description("Retry of transient conflicts. Other errors fail the message at once.").Advanced(),
+	).
+		Description("An SQL ledger instead of a bbolt file. With `apply`, the ledger row and the message's effect commit in one database transaction: exactly-once effects in that database. Set exactly one of `path` and `sql`.").
+		Optional()
+}
+
+// sqlSettings is the parsed sql object.
+type sqlSettings struct {
+	cfg      sqlledger.Config
+	init     []string
+	apply    []applyStmt
+	maxBatch int
+}
+
+// applyStmt is one configured statement of sql.apply.
+type applyStmt struct {
+	query string
+	args  *bloblang.Executor // nil: no arguments
+}
+
+func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
+	s := &sqlSettings{}
+	driver, err := conf.FieldString(fieldSQLDriver)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Driver = sqlledger.Driver(driver)
+	if s.cfg.Driver != sqlledger.SQLite && s.cfg.Driver != sqlledger.Postgres {
+		return nil, fmt.Errorf("sql.driver must be %q or %q, got %q", sqlledger.SQLite, sqlledger.Postgres, driver)
+	}
+	if s.cfg.DSN, err = conf.FieldString(fieldSQLDSN); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(s.cfg.DSN) == "" {
+		return nil, errors.New("sql.dsn is empty: give the SQLite file path or the PostgreSQL connection URL")
+	}
+	if s.cfg.Table, err = conf.FieldString(fieldSQLTable); err != nil {
+		return nil, err
+	}
+	if s.init, err = conf.FieldStringList(fieldSQLInit); err != nil {
+		return nil, err
+	}
+	for i, q := range s.init {
+		if word, bad := txControlIn(q); bad {
+			return nil, fmt.Errorf("sql.init_statements[%d] is a transaction-control statement (%s): each init statement runs on its own; remove it", i, word)
+		}
+	}
+	stmts, err := conf.FieldObjectList(fieldSQLApply)
+	if err != nil {
+		return nil, err
+	}
+	for i, sc := range stmts {
+		var st applyStmt
+		if st.query, err = sc.FieldString(fieldSQLQuery); err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(st.query) == "" {
+			return nil, fmt.Errorf("sql.apply[%d].query is empty", i)
+		}
+		if word, bad := txControlIn(st.query); bad {
+			return nil, fmt.Errorf("sql.apply[%d].query contains a transaction-control statement (%s): dedup_ledger runs the apply statements inside its own transaction with the ledger insert, so they must not begin, commit, roll back or use savepoints; remove it", i, word)
+		}
+		if sc.Contains(fieldSQLArgs) {
+			if st.args, err = sc.FieldBloblang(fieldSQLArgs); err != nil {
+				return nil, fmt.Errorf("sql.apply[%d].args_mapping: %w", i, err)
+			}
+		}
+		s.apply = append(s.apply, st)
+	}
+	if s.maxBatch, err = conf.FieldInt(fieldSQLMaxBatch); err != nil {
+		return nil, err
+	}
+	if s.maxBatch < 1 {
+		return nil, fmt.Errorf("sql.max_batch must be at least 1, got %d", s.maxBatch)
+	}
+	if s.cfg.MaxOpenConns, err = conf.FieldInt(fieldSQLMaxOpen); err != nil {
+		return nil, err
+	}
+	if s.cfg.MaxIdleConns, err = conf.FieldInt(fieldSQLMaxIdle); err != nil {
+		return nil, err
+	}
+	if s.cfg.MaxOpenConns < 0 || s.cfg.MaxIdleConns < 0 {
+		return nil, fmt.Errorf("sql.max_open_conns and sql.max_idle_conns must not be negative")
+	}
+	durations := []struct {
+		field string
+		to    *time.Duration
+	}{
+		{fieldSQLConnMaxLifetime, &s.cfg.ConnMaxLifetime},
+		{fieldSQLConnectTimeout, &s.cfg.ConnectTimeout},
+		{fieldSQLBusyTimeout, &s.cfg.BusyTimeout},
+	}
+	for _, d := range durations {
+		if *d.to, err = conf.FieldDuration(d.field); err != nil {
+			return nil, err
+		}
+		if *d.to < 0 {
+			return nil, fmt.Errorf("sql.%s must not be negative", d.field)
+		}
+	}
+	if s.cfg.RetryInitial, err = conf.FieldDuration(fieldSQLRetry, fieldSQLRetryInitial); err != nil {
+		return nil, err
+	}
+	if s.cfg.RetryMax, err = conf.FieldDuration(fieldSQLRetry, fieldSQLRetryMax); err != nil {
+		return nil, err
+	}
+	if s.cfg.RetryInitial <= 0 || s.cfg.RetryMax < s.cfg.RetryInitial {
+		return nil, fmt.Errorf("sql.retry: initial_interval must be positive and at most max_interval (got %s and %s)", s.cfg.RetryInitial, s.cfg.RetryMax)
+	}
+	n, err := conf.FieldInt(fieldSQLRetry, fieldSQLRetryCount)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("sql.retry.max_retries must not be negative, got %d", n)
+	}
+	s.cfg.MaxRetries = n
+	if n == 0 {
+		s.cfg.MaxRetries = -1 // sqlledger: negative means never
+	}
+	return s, nil
+}
+
+// txControlWords start statements that would end or split the processor's
+// transaction: a COMMIT inside apply would make the ledger row and the
+// effect durable before the rest ran, which is the bug this store exists
+// to prevent.
+var txControlWords = map[string]bool{
+	"BEGIN": true, "COMMIT": true, "ROLLBACK": true, "SAVEPOINT": true,
+	"RELEASE": true, "END": true, "START": true, "ABORT": true,
+}
+
+// txControlIn reports whether any statement in query (split on semicolons
+// outside quotes and comments) starts with a transaction-control keyword.
+func txControlIn(query string) (string, bool) {
+	for _, st := range splitStatements(query) {
+		if w := strings.ToUpper(firstWord(st)); txControlWords[w] {
+			return w, true
+		}
+	}
+	return "", false
+}
+
+// splitStatements splits on ';' outside '…', "…", -- and /* */ comments
+// and removes comments, which is enough to find each statement's first
+// word.
+func splitStatements(q string) []string {
+	var out []string
+	var cur strings.Builder
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < len(q) && q[j] != c {
+				j++
+			}
+			cur.WriteString(q[i:min(j+1, len(q))])
+			i = j
+		case c == '-' && i+1 < len(q) && q[i+1] == '-':
+			for i < len(q) && q[i] != '\n' {
+				i++
+			}
+			cur.WriteByte(' ')
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			end := strings.Index(q[i+2:], "*/")
+			if end < 0 {
+				i = len(q)
+			} else {
+				i += end + 3
+			}
+			cur.WriteByte(' ')
+		case c == ';':
+			out = append(out, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(out, cur.String())
+}
+
+func firstWord(s string) string {
+	s = strings.TrimLeft(s, " \t\r\n(")
+	end := strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_')
+	})
+	if end < 0 {
+		return s
+	}
+	return s[:end]
+}

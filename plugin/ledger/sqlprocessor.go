@@ -1,0 +1,366 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
+)
+
+// sqlProcessor is dedup_ledger on an SQL table. Two modes:
+//
+//   - with sql.apply: the ledger insert and the statements run in one
+//     transaction that commits inside ProcessBatch, before the message
+//     moves on. Invariant (enforced by sqlledger.Apply): the row exists iff
+//     the statements committed with it. The broker's ack still follows the
+//     pipeline's ack, so a crash between commit and PUBACK only causes a
+//     redelivery, which finds the row and is dropped or flagged.
+//   - without apply: like the bbolt store — claim in the processor, record
+//     the key in the delivery hook when the pipeline acks, release on nack.
+type sqlProcessor struct {
+	s   settings
+	sh  *sharedStore
+	log *service.Logger
+	m   *metrics
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlProcessor, error) {
+	s, err := parseSettings(conf)
+	if err != nil {
+		return nil, err
+	}
+	if s.sql == nil {
+		return nil, errors.New("dedup_ledger: internal error: the SQL processor was given no sql config")
+	}
+	if err := mkdirForSQLite(s.sql.cfg); err != nil {
+		return nil, err
+	}
+	m := newMetrics(mgr.Metrics())
+	log := mgr.Logger()
+	// Open is bounded by connect_timeout; Benthos gives constructors no context.
+	sh, err := openShared(context.Background(), s.sql, s.retention, func(n int64) { m.keys.Set(n) }, log.Errorf)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlProcessor{s: s, sh: sh, log: log, m: m}, nil
+}
+
+// ProcessBatch checks and (with apply) commits every message of the batch.
+func (p *sqlProcessor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	var out service.MessageBatch
+	if len(p.s.sql.apply) > 0 {
+		out = p.applyBatch(ctx, batch)
+	} else {
+		out = p.claimBatch(ctx, batch)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return []service.MessageBatch{out}, nil
+}
+
+// applyBatch submits every message's transaction work at once, so that
+// the workers can put concurrent messages into one transaction, then waits
+// for each outcome. A message moves on only after its commit.
+func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
+	results := make([]*service.Message, len(batch)) // nil: dropped
+	reqs := make([]*sqlReq, len(batch))
+	for i, msg := range batch {
+		entry, err := p.entryFor(batch, i)
+		if err != nil {
+			results[i] = p.fail(msg, err)
+			continue
+		}
+		req := &sqlReq{entry: entry, done: make(chan sqlledger.Outcome, 1)}
+		if err := p.sh.submit(ctx, req); err != nil {
+			results[i] = p.fail(msg, fmt.Errorf("dedup key %s: %w", entry.Key, err))
+			continue
+		}
+		reqs[i] = req
+	}
+	for i, req := range reqs {
+		if req == nil {
+			continue
+		}
+		msg := batch[i]
+		o := p.sh.wait(ctx, req)
+		switch {
+		case o.Err != nil:
+			results[i] = p.fail(msg, fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", req.entry.Key, o.Err))
+		case o.Inserted:
+			// Committed, not yet acknowledged: the crash window of seed 001.
+			failpoint.Hit(failpoint.SQLCommitted)
+			p.m.commits.Incr(1)
+			p.m.passed.Incr(1)
+			results[i] = msg
+		case len(o.ExistingHash) > 0 && !bytes.Equal(o.ExistingHash, req.entry.Hash):
+			results[i] = p.conflict(msg, req.entry.Key)
+		default:
+			results[i] = p.duplicate(msg, req.entry.Key)
+		}
+	}
+	out := make(service.MessageBatch, 0, len(batch))
+	for _, m := range results {
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// entryFor evaluates the key, the payload hash and every statement's
+// arguments of message i.
+func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.Entry, error) {
+	key, err := p.keyOf(batch, i)
+	if err != nil {
+		return sqlledger.Entry{}, err
+	}
+	hash, err := hashOf(batch[i], key)
+	if err != nil {
+		return sqlledger.Entry{}, err
+	}
+	stmts := make([]sqlledger.Exec, 0, len(p.s.sql.apply))
+	for j, st := range p.s.sql.apply {
+		var args []any
+		if st.args != nil {
+			if args, err = p.argsOf(batch, i, st); err != nil {
+				return sqlledger.Entry{}, fmt.Errorf("dedup_ledger: key %s: sql.apply[%d].args_mapping: %w; nothing was committed", key, j, err)
+			}
+		}
+		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: args})
+	}
+	return sqlledger.Entry{Key: key, Hash: hash, Stmts: stmts}, nil
+}
+
+// argsOf runs a statement's args_mapping; its result must be an array of
+// scalars.
+func (p *sqlProcessor) argsOf(batch service.MessageBatch, i int, st applyStmt) ([]any, error) {
+	res, err := batch.BloblangQuery(i, st.args)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, errors.New("the mapping deleted the message; it must return an array of arguments")
+	}
+	v, err := res.AsStructured()
+	if err != nil {
+		return nil, fmt.Errorf("reading its result: %w", err)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("the result must be an array of arguments, got %T", v)
+	}
+	for k, a := range arr {
+		switch x := a.(type) {
+		case json.Number:
+			// Benthos keeps JSON numbers as json.Number; a database
+			// driver would send them as text.
+			if n, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+				arr[k] = n
+			} else if f, err := strconv.ParseFloat(string(x), 64); err == nil {
+				arr[k] = f
+			} else {
+				return nil, fmt.Errorf("argument %d: number %q out of range", k, x)
+			}
+		case map[string]any, []any:
+			return nil, fmt.Errorf("argument %d is %T: a database argument must be a string, number, bool, bytes, timestamp or null; encode it first, e.g. with .format_json()", k, a)
+		}
+	}
+	return arr, nil
+}
+
+// claimBatch is the mode without apply: the key is recorded when the
+// pipeline acknowledges the message (or at once with commit: immediate).
+func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
+	out := make(service.MessageBatch, 0, len(batch))
+	inBatch := map[sqlledger.Key][]byte{}
+	for i, msg := range batch {
+		key, err := p.keyOf(batch, i)
+		if err != nil {
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		hash, err := hashOf(msg, key)
+		if err != nil {
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		// Copies inside one batch share its fate: waiting would wait for
+		// ourselves.
+		if earlier, ok := inBatch[key]; ok {
+			if !bytes.Equal(earlier, hash) {
+				out = append(out, p.conflict(msg, key))
+			} else if m := p.duplicate(msg, key); m != nil {
+				out = append(out, m)
+			}
+			continue
+		}
+		claim, v, err := p.sh.claim(ctx, key, hash, p.s.waitTimeout)
+		switch {
+		case err != nil:
+			out = append(out, p.fail(msg, fmt.Errorf("dedup_ledger: checking key %s: %w", key, err)))
+			continue
+		case v == verdictDuplicate:
+			if m := p.duplicate(msg, key); m != nil {
+				out = append(out, m)
+			}
+			continue
+		case v == verdictConflict:
+			out = append(out, p.conflict(msg, key))
+			continue
+		}
+		if err := p.arrangeRecord(ctx, msg, claim, hash); err != nil {
+			claim.settle()
+			p.m.releases.Incr(1)
+			out = append(out, p.fail(msg, err))
+			continue
+		}
+		inBatch[key] = hash
+		p.m.passed.Incr(1)
+		out = append(out, msg)
+	}
+	return out
+}
+
+// arrangeRecord records the key now (commit: immediate) or registers the
+// delivery hook that records it when the pipeline acknowledges.
+func (p *sqlProcessor) arrangeRecord(ctx context.Context, msg *service.Message, claim *sqlClaim, hash []byte) error {
+	record := func(ctx context.Context) error {
+		o := p.sh.do(ctx, &sqlReq{entry: sqlledger.Entry{Key: claim.key, Hash: hash}, record: true, done: make(chan sqlledger.Outcome, 1)})
+		return o.Err
+	}
+	if p.s.immediate {
+		err := record(ctx)
+		claim.settle()
+		if err != nil {
+			return fmt.Errorf("dedup_ledger: recording key %s: %w", claim.key, err)
+		}
+		p.m.commits.Incr(1)
+		return nil
+	}
+	hooks := commit.HooksFrom(msg.Context())
+	if hooks == nil {
+		return fmt.Errorf("dedup key %s: %w", claim.key, errNoHooksSQL)
+	}
+	return hooks.Register(func(ctx context.Context, result error) error {
+		defer claim.settle()
+		if result != nil {
+			p.m.releases.Incr(1)
+			return nil
+		}
+		if err := record(ctx); err != nil {
+			p.m.releases.Incr(1)
+			// Failing the hook keeps the source unacknowledged: redelivered,
+			// the copy passes again.
+			return fmt.Errorf("dedup_ledger: recording key %s failed, the message is not acknowledged and will be redelivered: %w", claim.key, err)
+		}
+		p.m.commits.Incr(1)
+		return nil
+	})
+}
+
+var errNoHooksSQL = errors.New("dedup_ledger (sql without apply, commit: auto) cannot record this message's key: it did not come from reliable_mqtt_in, so nothing tells the ledger when its effect is committed. " +
+	"Read it with reliable_mqtt_in, put the effect into sql.apply (then the key and the effect commit together), " +
+	"or set commit: immediate (a failed output then loses the message)")
+
+// mkdirForSQLite creates the directory of an SQLite file, as the bbolt
+// store does for path, so a fresh data directory works out of the box.
+func mkdirForSQLite(c sqlledger.Config) error {
+	if c.Driver != sqlledger.SQLite || strings.HasPrefix(c.DSN, "file:") || strings.HasPrefix(c.DSN, ":memory:") {
+		return nil
+	}
+	path, _, _ := strings.Cut(c.DSN, "?")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("dedup_ledger: creating the directory of SQLite database %s: %w", path, err)
+	}
+	return nil
+}
+
+func hashOf(msg *service.Message, key sqlledger.Key) ([]byte, error) {
+	payload, err := msg.AsBytes()
+	if err != nil {
+		return nil, fmt.Errorf("dedup key %s: reading payload: %w", key, err)
+	}
+	h := sha256.Sum256(payload)
+	return h[:], nil
+}
+
+// keyOf evaluates namespace and key; see processor.keyOf for why empty
+// and "null" keys fail.
+func (p *sqlProcessor) keyOf(batch service.MessageBatch, i int) (sqlledger.Key, error) {
+	id, err := batch.TryInterpolatedString(i, p.s.key)
+	if err != nil {
+		return sqlledger.Key{}, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
+	}
+	if id == "" || id == "null" {
+		return sqlledger.Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
+	}
+	var ns string
+	if p.s.namespace != nil {
+		if ns, err = batch.TryInterpolatedString(i, p.s.namespace); err != nil {
+			return sqlledger.Key{}, fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
+		}
+		if ns == "null" {
+			return sqlledger.Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
+		}
+	}
+	return sqlledger.Key{Namespace: ns, Key: id}, nil
+}
+
+func (p *sqlProcessor) duplicate(msg *service.Message, key sqlledger.Key) *service.Message {
+	p.m.duplicates.Incr(1)
+	if !p.s.flag {
+		p.log.Debugf("Dropping duplicate of dedup key %s", key)
+		return nil
+	}
+	msg.MetaSetMut(metaDuplicate, true)
+	return msg
+}
+
+func (p *sqlProcessor) conflict(msg *service.Message, key sqlledger.Key) *service.Message {
+	p.m.conflicts.Incr(1)
+	p.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true (its apply statements did not run)", key, metaConflict)
+	msg.MetaSetMut(metaConflict, true)
+	return msg
+}
+
+func (p *sqlProcessor) fail(msg *service.Message, err error) *service.Message {
+	p.m.errors.Incr(1)
+	p.log.Errorf("%v", err)
+	msg.SetError(err)
+	return msg
+}
+
+// Close gives back this thread's share of the store; the last one closes
+// the pool (bounded inside release).
+func (p *sqlProcessor) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- p.sh.release() }()
+		select {
+		case p.closeErr = <-done:
+		case <-ctx.Done():
+			p.closeErr = ctx.Err()
+		case <-time.After(20 * time.Second):
+			p.closeErr = errors.New("closing the SQL dedup ledger: timed out")
+		}
+	})
+	return p.closeErr
+}

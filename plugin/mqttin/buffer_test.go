@@ -1,0 +1,55 @@
+package mqttin
+
+import (
+	"testing"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
+
+// QoS 0 has no broker window to bound it: beyond receive_buffer_size the
+// oldest QoS 0 messages are dropped, with a warning.
+func TestQoS0CappedAtReceiveBufferDroppingOldest(t *testing.T) {
+	b := startBroker(t)
+	ti := openInput(t, inputYAML(b.URL(), "qos0", []string{"z/#"}, "qos: 0", "clean_session: true", "receive_buffer_size: 3"))
+	publish(t, b.URL(), "z/x", numbered("m", 10)...)
+	harness.Eventually(t, 5*time.Second, "the drop warning", func() bool {
+		return ti.logs.Contains("Dropped") && ti.logs.Contains("receive_buffer_size (3)")
+	})
+	harness.Eventually(t, 5*time.Second, "all 10 received", func() bool {
+		ti.in.in.mu.Lock()
+		defer ti.in.in.mu.Unlock()
+		return len(ti.in.in.queue) == 3 && string(ti.in.in.queue[2].msg.Payload()) == "m9"
+	})
+	for _, want := range []string{"m7", "m8", "m9"} {
+		msg, _ := ti.read()
+		if body(msg) != want || meta(msg, metaQoS) != "0" {
+			t.Fatalf("read %q at qos %s, want %q at qos 0", body(msg), meta(msg, metaQoS), want)
+		}
+	}
+}
+
+// The network reader never waits for the pipeline: with a 1 s keepalive
+// and a pipeline that reads nothing for 3 s while messages keep arriving,
+// the connection stays up (a blocked reader would miss its PINGRESPs).
+func TestSlowPipelineKeepsConnectionAlive(t *testing.T) {
+	b := startBroker(t)
+	ti := openInput(t, inputYAML(b.URL(), "slow", []string{"s/#"}, "keepalive: 1s"))
+	first := ti.in.client.Current()
+	for i := 0; i < 6; i++ {
+		publish(t, b.URL(), "s/x", numbered("m", 50)...)
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !first.Alive() || ti.in.client.Current() != first {
+		t.Fatalf("the connection was lost while the pipeline was slow:\n%s", ti.logs.String())
+	}
+	ti.in.in.mu.Lock()
+	queued := len(ti.in.in.queue)
+	ti.in.in.mu.Unlock()
+	if queued != 100 { // mosquitto's window in these tests: nothing is acked, so 100 are in flight
+		t.Fatalf("%d messages waiting, want the broker's in-flight window of 100", queued)
+	}
+	for range 300 {
+		ti.readAck()
+	}
+}

@@ -1,0 +1,153 @@
+package mqttin
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
+
+func mustIngress(t *testing.T, id, dest, payload string) string {
+	t.Helper()
+	b, err := envelope.EncodeIngress(id, dest, []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustAck(t *testing.T, id string) string {
+	t.Helper()
+	b, err := envelope.EncodeAck(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An ingress envelope becomes its inner payload with event_id and
+// destination_topic; after the pipeline acks, the canonical ACK is published
+// to ack_topic. A malformed envelope reaches the pipeline flagged with an
+// error, gets no end-to-end ACK, and is still PUBACKed once the pipeline
+// acknowledged it (e.g. a dead-letter output succeeded).
+func TestIngressEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
+	b := startBroker(t)
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	topics := []string{"in/#", "t/#"}
+	extra := []string{"envelope: ingress", "ack_topic: acks/t"}
+	ti := openInput(t, inputYAML(b.URL(), "ingress", topics, extra...))
+
+	malformed := []string{
+		`{"event_id":"ev-2","payload":1,"topic":"dest/y","version":2}`,  // wrong version
+		`{"event_id":"ev-3","payload":1,"topic":"dest/#","version":1}`,  // wildcard destination
+		`{"event_id":"ev-4","payload":1,"version":1}`,                   // a delivery envelope
+		`{"event_id":"ev-5","payload":1,"topic":"d","version":1,"x":0}`, // extra key
+		`not json`,
+	}
+	publish(t, b.URL(), "in/x", append([]string{mustIngress(t, "ev-1", "dest/x", `{"b": 2, "a": 1}`)}, malformed...)...)
+
+	msg, ack := ti.read()
+	if err := msg.GetError(); err != nil {
+		t.Fatalf("valid envelope flagged: %v", err)
+	}
+	if got := body(msg); got != `{"a":1,"b":2}` {
+		t.Fatalf("body = %q, want the canonical inner payload", got)
+	}
+	if meta(msg, metaEventID) != "ev-1" || meta(msg, metaDestTopic) != "dest/x" {
+		t.Fatalf("event_id = %q, destination_topic = %q", meta(msg, metaEventID), meta(msg, metaDestTopic))
+	}
+	if err := ack(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK published to ack_topic")
+	}
+	if got, want := string(acks.Messages()[0].Payload), mustAck(t, "ev-1"); got != want {
+		t.Fatalf("ACK = %s, want %s", got, want)
+	}
+
+	for _, raw := range malformed {
+		msg, ack := ti.read()
+		if msg.GetError() == nil {
+			t.Fatalf("malformed envelope %s not flagged with an error", raw)
+		}
+		if body(msg) != raw {
+			t.Fatalf("malformed envelope body = %q, want it unchanged", body(msg))
+		}
+		if _, ok := msg.MetaGet(metaEventID); ok {
+			t.Fatalf("malformed envelope %s carries event_id", raw)
+		}
+		_ = ack(context.Background(), nil) // e.g. the dead-letter output succeeded
+	}
+	time.Sleep(300 * time.Millisecond) // an ACK for a malformed envelope would arrive by now
+	if n := acks.Count(); n != 1 {
+		t.Fatalf("%d ACKs published, want 1: malformed envelopes must never be acknowledged end to end", n)
+	}
+	ti.closeOnBroker(b, "ingress")
+	expectMarkerFirst(t, b, "ingress", topics, extra...)
+}
+
+func TestDeliveryEnvelopeDecoded(t *testing.T) {
+	b := startBroker(t)
+	ti := openInput(t, inputYAML(b.URL(), "delivery", []string{"d/#"}, "envelope: delivery"))
+	del, err := envelope.EncodeDelivery("ev-9", []byte(`[1,"x"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b.URL(), "d/x", string(del), mustIngress(t, "ev-10", "dest", "1"))
+
+	msg, ack := ti.read()
+	if msg.GetError() != nil || body(msg) != `[1,"x"]` || meta(msg, metaEventID) != "ev-9" {
+		t.Fatalf("delivery envelope decoded to body %q event_id %q error %v", body(msg), meta(msg, metaEventID), msg.GetError())
+	}
+	if _, ok := msg.MetaGet(metaDestTopic); ok {
+		t.Fatal("a delivery envelope has no destination_topic")
+	}
+	_ = ack(context.Background(), nil)
+	msg, ack = ti.read()
+	if msg.GetError() == nil {
+		t.Fatal("an ingress envelope must not pass as a delivery envelope")
+	}
+	_ = ack(context.Background(), nil)
+}
+
+// When the end-to-end ACK cannot be published, the source is not
+// acknowledged: the attempt counts as rejected and is retried, and the
+// broker redelivers the source after the connection is gone.
+func TestAckPublishFailureLeavesSourceUnacked(t *testing.T) {
+	b := startBroker(t)
+	proxy := harness.NewProxy(t, b.Addr())
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	topics := []string{"in/#", "t/#"}
+	extra := []string{"envelope: ingress", "ack_topic: acks/t", "ack_publish_timeout: 300ms"}
+	ti := openInput(t, inputYAML(proxy.URL(), "ackfail", topics, extra...))
+	publish(t, b.URL(), "in/x", mustIngress(t, "ev-1", "dest/x", `"v"`))
+
+	msg, ack := ti.read()
+	firstConn := ti.in.client.Current()
+	proxy.Stall() // the ACK's PUBACK can no longer arrive
+	_ = ack(context.Background(), nil)
+
+	// The attempt failed: the input delivers the message again.
+	msg, ack = ti.read()
+	if meta(msg, metaEventID) != "ev-1" {
+		t.Fatalf("retry carries event_id %q", meta(msg, metaEventID))
+	}
+	proxy.Cut() // whatever the stall withheld is discarded with the connection
+	harness.Eventually(t, 5*time.Second, "the input notices the cut", func() bool { return !firstConn.Alive() })
+	proxy.Restore()
+	_ = ack(context.Background(), nil) // its connection is gone: dropped, the broker redelivers
+
+	msg, ack = ti.read()
+	if meta(msg, metaEventID) != "ev-1" || meta(msg, metaDuplicate) != "true" {
+		t.Fatalf("expected the broker's redelivery of ev-1, got event_id %q dup %q", meta(msg, metaEventID), meta(msg, metaDuplicate))
+	}
+	_ = ack(context.Background(), nil)
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK published after the connection came back")
+	}
+	ti.closeOnBroker(b, "ackfail")
+	expectMarkerFirst(t, b, "ackfail", topics, extra...)
+}

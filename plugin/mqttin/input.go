@@ -1,0 +1,515 @@
+// Package mqttin is the reliable_mqtt_in input: an MQTT consumer with a
+// persistent session that acknowledges each message to the broker only after
+// the pipeline is done with it.
+//
+// # Delivery hooks (for processor authors)
+//
+// Every attempt to deliver a message carries, in the message's context, a
+// fresh hook list from package internal/commit:
+//
+//	if hooks := commit.HooksFrom(msg.Context()); hooks != nil {
+//		err := hooks.Register(func(ctx context.Context, result error) error {
+//			if result != nil {
+//				return nil // the pipeline failed: release what you hold
+//			}
+//			return commitMyEffect(ctx) // an error here means "not done"
+//		})
+//		...
+//	}
+//
+// When Benthos acknowledges the message, the input runs the hooks in
+// registration order with the pipeline's result (nil = success) before
+// anything else. If the result is success and a hook returns an error, the
+// delivery counts as failed: no PUBACK/PUBREC, no end-to-end ACK, and the
+// message is delivered again (a new attempt with a new, empty hook list). A
+// hook therefore sees each attempt exactly once, and a successful hook is
+// always followed by the broker acknowledgement unless the connection is lost
+// first (then the broker redelivers and the hook must treat the redelivery
+// as a duplicate — dedup_ledger does). Hooks of an attempt Benthos never
+// acknowledges (hard shutdown, crash) never run.
+package mqttin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+)
+
+const (
+	fieldClientID          = "client_id"
+	fieldCleanSession      = "clean_session"
+	fieldTopics            = "topics"
+	fieldQoS               = "qos"
+	fieldReceiveBuffer     = "receive_buffer_size"
+	fieldReplayTimeout     = "session_replay_timeout"
+	fieldReplayBuffer      = "session_replay_buffer_size"
+	fieldEnvelope          = "envelope"
+	fieldAckTopic          = "ack_topic"
+	fieldAckPublishTimeout = "ack_publish_timeout"
+	fieldRetry             = "retry_backoff"
+	fieldRetryInitial      = "initial_interval"
+	fieldRetryMax          = "max_interval"
+
+	envelopeNone     = "none"
+	envelopeIngress  = "ingress"
+	envelopeDelivery = "delivery"
+
+	// Metadata keys set on every message.
+	metaTopic        = "mqtt_topic"
+	metaQoS          = "mqtt_qos"
+	metaDuplicate    = "mqtt_duplicate"
+	metaRetained     = "mqtt_retained"
+	metaMessageID    = "mqtt_message_id"
+	metaSubscription = "mqtt_subscription"
+	metaEventID      = "event_id"
+	metaDestTopic    = "destination_topic"
+)
+
+// closeTimeout bounds Close: Benthos hands Close a context without deadline.
+const closeTimeout = 10 * time.Second
+
+func inputSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Stable().
+		Categories("Services").
+		Summary("Consumes MQTT with a persistent session and acknowledges each message to the broker only after the pipeline has finished with it.").
+		Description(`
+The PUBACK (QoS 1) or PUBREC (QoS 2) of a message is sent only after the pipeline acknowledged it: its output succeeded, or it was deliberately filtered. Acknowledgements leave in the order the messages arrived (MQTT 3.1.1 §4.6), so a later message's acknowledgement waits for the earlier ones of the same connection. A message the pipeline rejects is never acknowledged: the input delivers it again after a backoff (`+"`retry_backoff`"+`), and after a crash the broker redelivers it. An acknowledgement that belongs to a connection that has since dropped is not sent on the new one; the broker's redelivery is handled as a new delivery. The guarantee is at least once: a message can reach the pipeline more than once, so make its effect idempotent (see `+"`dedup_ledger`"+`). `+"`mqtt_duplicate`"+` is not a reliable duplicate signal (some brokers set it on first deliveries).
+
+Use a stable `+"`client_id`"+` and keep `+"`clean_session: false`"+`: the broker then keeps the subscriptions and queues messages while the pipeline is down. Shutdown disconnects without UNSUBSCRIBE, so the session survives restarts.
+
+### Startup replay
+
+A resumed session may receive messages that match none of `+"`topics`"+` (left over from subscriptions of an earlier configuration). With `+"`clean_session: false`"+` such messages are held, unacknowledged, starting a grace period of `+"`session_replay_timeout`"+` from the first held message (not extended by later ones). At its end they are dropped locally without acknowledgement, with one warning; the broker redelivers them on the next resumed connection. For the rest of that connection, unmatched messages are acknowledged and dropped (ordinary routing). More than `+"`session_replay_buffer_size`"+` held messages close the connection fail-closed with an error naming the limit, acknowledging nothing. Messages that match are delivered in receive order; those beyond `+"`receive_buffer_size`"+` wait unacknowledged until the pipeline makes room, bounded by the broker's in-flight window. QoS 0 messages, which have no in-flight window, are capped at `+"`receive_buffer_size`"+` (the oldest is dropped with a warning), and a disconnect loses the ones not yet read.
+
+### Envelopes and end-to-end ACKs
+
+With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output with `+"`errored()`"+` or a `+"`catch`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, but once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
+
+### Delivery hooks
+
+Each delivery attempt carries a hook list in the message's context (Go package `+"`internal/commit`"+`: `+"`commit.HooksFrom(msg.Context()).Register(hook)`"+`). When the pipeline acknowledges the message the input runs the hooks with the result first; a hook error on success turns the attempt into a failure (no acknowledgement, retried). `+"`dedup_ledger`"+` commits its keys this way.
+
+### Metadata
+
+`+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes.
+
+Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.`).
+		Fields(mqttclient.ConnectionFields()...).
+		Fields(
+			service.NewStringField(fieldClientID).
+				Description("MQTT client ID. Required and stable: it names the persistent session that keeps subscriptions and queued messages across restarts. Two processes with one ID take the session from each other.").
+				Example("orders-consumer-1"),
+			service.NewBoolField(fieldCleanSession).
+				Description("Start a new, empty session on every connection. Messages published while the pipeline is down are then lost.").
+				Default(false).Advanced(),
+			service.NewStringListField(fieldTopics).
+				Description("Topic filters to subscribe to. `+` and `#` wildcards and shared subscriptions (`$share/<group>/<filter>`) are allowed.").
+				Example([]string{"factory/+/data", "$share/consumers/orders/#"}),
+			service.NewIntField(fieldQoS).
+				Description("The QoS to subscribe with: 0, 1 or 2. A message arrives at the lower of its publish QoS and this one; only QoS 1 and 2 survive a crash.").
+				Default(1),
+			service.NewIntField(fieldReceiveBuffer).
+				Description("How many received messages may wait for the pipeline to read them. QoS 1/2 messages beyond it wait unacknowledged (the broker's in-flight window bounds them); QoS 0 messages beyond it are dropped, oldest first, with a warning.").
+				Default(1000).Advanced(),
+			service.NewDurationField(fieldReplayTimeout).
+				Description("How long, from the first held message, unmatched messages of a resumed session are held before they are dropped locally without acknowledgement.").
+				Default("30s").Advanced(),
+			service.NewIntField(fieldReplayBuffer).
+				Description("At most this many unmatched messages are held per connection during startup replay; one more closes the connection fail-closed, acknowledging nothing. 0 means unbounded.").
+				Default(1000).Advanced(),
+			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
+				envelopeNone:     "Deliver the payload bytes unchanged.",
+				envelopeIngress:  "Decode a reliomq v1 ingress envelope: body = inner payload, metadata `event_id` and `destination_topic`.",
+				envelopeDelivery: "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
+			}).Description("How the payload is decoded. Malformed envelopes are flagged with an error.").Default(envelopeNone),
+			service.NewStringField(fieldAckTopic).
+				Description("When set (requires `envelope: ingress` or `delivery`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
+				Default("").Example("reliomq/acks"),
+			service.NewDurationField(fieldAckPublishTimeout).
+				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
+				Default("5s").Advanced(),
+			service.NewObjectField(fieldRetry,
+				service.NewDurationField(fieldRetryInitial).Description("Delay before a rejected message is delivered again.").Default("100ms"),
+				service.NewDurationField(fieldRetryMax).Description("The delay doubles with each rejection of the same message up to this bound.").Default("5s"),
+			).Description("Delay between attempts of a rejected message.").Advanced(),
+		).
+		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
+input:
+  reliable_mqtt_in:
+    urls: [ "tcp://127.0.0.1:1883" ]
+    client_id: commands-worker-1
+    topics: [ "commands/#" ]
+    qos: 1
+output:
+  stdout: {}
+`).
+		Example("Bridge", "Receive ingress envelopes, publish their payload to the destination topic, and ACK each event end to end once the destination broker confirmed it.", `
+input:
+  reliable_mqtt_in:
+    urls: [ "tcp://edge:1883" ]
+    client_id: bridge-1
+    topics: [ "reliomq/messages" ]
+    envelope: ingress
+    ack_topic: reliomq/acks
+output:
+  reliable_mqtt_out:
+    urls: [ "tcp://cloud:1883" ]
+    topic: '${! meta("destination_topic") }'
+    event_id: '${! meta("event_id") }'
+    envelope: delivery
+    outbox:
+      enabled: false
+`)
+}
+
+func init() {
+	err := service.RegisterInput("reliable_mqtt_in", inputSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.Input, error) {
+			return newInput(conf, mgr)
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// settings is the parsed, validated configuration.
+type settings struct {
+	client            mqttclient.Config
+	topics            []string
+	subs              subscriptions
+	qos               byte
+	receiveBufferSize int
+	replayTimeout     time.Duration
+	replayBufferSize  int
+	envelope          string
+	ackTopic          string
+	ackPublishTimeout time.Duration
+	retryInitial      time.Duration
+	retryMax          time.Duration
+}
+
+func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
+	if s.client, err = mqttclient.ParseConfig(conf); err != nil {
+		return s, err
+	}
+	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
+		return s, err
+	}
+	if s.client.ClientID == "" {
+		return s, errors.New("client_id must not be empty: it names the persistent session that keeps messages while the pipeline is down")
+	}
+	if s.client.CleanSession, err = conf.FieldBool(fieldCleanSession); err != nil {
+		return s, err
+	}
+	if s.topics, err = conf.FieldStringList(fieldTopics); err != nil {
+		return s, err
+	}
+	if s.subs, err = parseSubscriptions(s.topics); err != nil {
+		return s, err
+	}
+	qos, err := conf.FieldInt(fieldQoS)
+	if err != nil {
+		return s, err
+	}
+	if qos < 0 || qos > 2 {
+		return s, fmt.Errorf("qos must be 0, 1 or 2, got %d", qos)
+	}
+	s.qos = byte(qos)
+	if s.receiveBufferSize, err = conf.FieldInt(fieldReceiveBuffer); err != nil {
+		return s, err
+	}
+	if s.receiveBufferSize < 1 {
+		return s, fmt.Errorf("receive_buffer_size must be at least 1, got %d", s.receiveBufferSize)
+	}
+	if s.replayTimeout, err = conf.FieldDuration(fieldReplayTimeout); err != nil {
+		return s, err
+	}
+	if s.replayTimeout <= 0 {
+		return s, fmt.Errorf("session_replay_timeout must be positive, got %s", s.replayTimeout)
+	}
+	if s.replayBufferSize, err = conf.FieldInt(fieldReplayBuffer); err != nil {
+		return s, err
+	}
+	if s.replayBufferSize < 0 {
+		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
+	}
+	if s.envelope, err = conf.FieldString(fieldEnvelope); err != nil {
+		return s, err
+	}
+	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
+		return s, err
+	}
+	if s.ackTopic != "" {
+		if s.envelope == envelopeNone {
+			return s, errors.New("ack_topic needs envelope: ingress or delivery, since only a decoded envelope carries the event_id to acknowledge")
+		}
+		if err := envelope.CheckPublishTopic(s.ackTopic); err != nil {
+			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
+		}
+	}
+	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
+		return s, err
+	}
+	if s.retryInitial, err = conf.FieldDuration(fieldRetry, fieldRetryInitial); err != nil {
+		return s, err
+	}
+	if s.retryMax, err = conf.FieldDuration(fieldRetry, fieldRetryMax); err != nil {
+		return s, err
+	}
+	if s.ackPublishTimeout <= 0 || s.retryInitial <= 0 || s.retryMax < s.retryInitial {
+		return s, errors.New("ack_publish_timeout and retry_backoff.initial_interval must be positive and retry_backoff.max_interval at least initial_interval")
+	}
+	return s, nil
+}
+
+type input struct {
+	s   settings
+	log *service.Logger
+	m   *metrics
+	in  *inbox
+
+	mu     sync.Mutex
+	client *mqttclient.Client
+	closed bool
+
+	acking sync.WaitGroup // AckFuncs in progress; Close waits for them (bounded)
+}
+
+func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error) {
+	s, err := parseSettings(conf)
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics(mgr.Metrics())
+	return &input{s: s, log: mgr.Logger(), m: m, in: newInbox(s, m, mgr.Logger())}, nil
+}
+
+// Connect starts the client (once) and waits, bounded, for a connection
+// with its subscriptions in place. The client keeps reconnecting by itself;
+// a failed Connect only reports that no broker has been reached yet.
+func (i *input) Connect(ctx context.Context) error {
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		return service.ErrEndOfInput
+	}
+	if i.client == nil {
+		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
+			OnMessage: i.in.onMessage,
+			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+				return conn.Subscribe(ctx, i.s.subs.brokerFilters(i.s.qos))
+			},
+		}, mqttclient.Options{ManualAck: true, Logger: i.log})
+		if err != nil {
+			i.mu.Unlock()
+			return err
+		}
+		i.client = client
+	}
+	client := i.client
+	i.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, i.s.client.ConnectTimeout+time.Second)
+	defer cancel()
+	if _, err := client.WaitReady(ctx); err != nil {
+		return fmt.Errorf("no MQTT connection to %v as %q yet (still trying in the background): %w", i.s.client.URLs, i.s.client.ClientID, err)
+	}
+	return nil
+}
+
+// Read returns the next delivery: a rejected message whose backoff has
+// passed, or the oldest received one.
+func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
+	for {
+		d, wake, nextDue, closed := i.in.next(time.Now())
+		if closed {
+			return nil, nil, service.ErrEndOfInput
+		}
+		if d != nil {
+			if d.qos() > 0 && !d.cs.conn.Alive() {
+				continue // the broker redelivers it on the next connection
+			}
+			msg, ack := i.attempt(d)
+			return msg, ack, nil
+		}
+		var timer *time.Timer
+		var due <-chan time.Time
+		if !nextDue.IsZero() {
+			timer = time.NewTimer(time.Until(nextDue))
+			due = timer.C
+		}
+		select {
+		case <-wake:
+		case <-due:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// decoded is a delivery's payload after envelope decoding.
+type decoded struct {
+	body      []byte
+	eventID   string
+	destTopic string
+	err       error // malformed envelope
+}
+
+func (i *input) decode(m paho.Message) *decoded {
+	payload := m.Payload()
+	switch i.s.envelope {
+	case envelopeIngress:
+		ing, err := envelope.DecodeIngress(payload)
+		if err != nil {
+			return &decoded{body: payload, err: fmt.Errorf("message on topic %q is not a valid reliomq v1 ingress envelope: %w", m.Topic(), err)}
+		}
+		return &decoded{body: ing.Payload, eventID: ing.EventID, destTopic: ing.Topic}
+	case envelopeDelivery:
+		del, err := envelope.DecodeDelivery(payload)
+		if err != nil {
+			return &decoded{body: payload, err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", m.Topic(), err)}
+		}
+		return &decoded{body: del.Payload, eventID: del.EventID}
+	default:
+		return &decoded{body: payload}
+	}
+}
+
+// attempt builds one delivery attempt: a fresh message with a fresh hook
+// list in its context, and the AckFunc that settles it.
+func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
+	if d.decoded == nil {
+		d.decoded = i.decode(d.msg)
+		if d.decoded.err != nil {
+			i.m.malformed.Incr(1)
+			i.log.Warnf("%v", d.decoded.err)
+		}
+	}
+	dec := d.decoded
+	// A copy per attempt: what one attempt's processors do to the bytes must
+	// not leak into the next attempt.
+	msg := service.NewMessage(append([]byte(nil), dec.body...))
+	msg.MetaSetMut(metaTopic, d.msg.Topic())
+	msg.MetaSetMut(metaQoS, strconv.Itoa(int(d.msg.Qos())))
+	msg.MetaSetMut(metaDuplicate, strconv.FormatBool(d.msg.Duplicate()))
+	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.msg.Retained()))
+	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.msg.MessageID())))
+	msg.MetaSetMut(metaSubscription, d.sub)
+	if dec.eventID != "" {
+		msg.MetaSetMut(metaEventID, dec.eventID)
+	}
+	if dec.destTopic != "" {
+		msg.MetaSetMut(metaDestTopic, dec.destTopic)
+	}
+	if dec.err != nil {
+		msg.SetError(dec.err)
+	}
+	ctx, hooks := commit.WithHooks(context.Background())
+	msg = msg.WithContext(ctx)
+
+	var once sync.Once
+	ack := func(ctx context.Context, result error) error {
+		once.Do(func() {
+			i.acking.Add(1)
+			defer i.acking.Done()
+			i.settle(ctx, d, hooks, result)
+		})
+		return nil
+	}
+	return msg, ack
+}
+
+// settle runs the hooks, then (on success) the end-to-end ACK, then the
+// broker acknowledgement, in that order; any failure leaves the message
+// unacknowledged and schedules another attempt.
+func (i *input) settle(ctx context.Context, d *delivery, hooks *commit.Hooks, result error) {
+	if err := hooks.Run(ctx, result); err != nil && result == nil {
+		result = fmt.Errorf("delivery hook failed: %w", err)
+	}
+	if result == nil && i.s.ackTopic != "" && d.decoded.eventID != "" {
+		result = i.publishAck(ctx, d)
+	}
+	if result != nil {
+		i.m.rejected.Incr(1)
+		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.msg.Topic(), d.msg.MessageID(), result)
+		i.in.retry(d)
+		return
+	}
+	failpoint.Hit(failpoint.BeforeSourceAck)
+	if d.entry != nil {
+		d.cs.complete(d.entry, i.m)
+	}
+}
+
+// publishAck publishes the end-to-end ACK on the connection the message
+// came from, so that it precedes the source's PUBACK on the wire. QoS 0
+// messages have no PUBACK to order; their ACK uses the current connection.
+func (i *input) publishAck(ctx context.Context, d *delivery) error {
+	payload, err := envelope.EncodeAck(d.decoded.eventID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
+	defer cancel()
+	conn := d.cs.conn
+	if d.qos() == 0 {
+		i.mu.Lock()
+		client := i.client
+		i.mu.Unlock()
+		if client == nil {
+			return mqttclient.ErrNotConnected
+		}
+		if conn, err = client.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	if err := conn.Publish(ctx, i.s.ackTopic, 1, false, payload); err != nil {
+		i.m.ackPublishFails.Incr(1)
+		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", d.decoded.eventID, i.s.ackTopic, err)
+	}
+	i.m.acksPublished.Incr(1)
+	return nil
+}
+
+// Close stops routing, waits (bounded) for acknowledgements in progress,
+// then disconnects without UNSUBSCRIBE so the session and its queued
+// messages stay at the broker.
+func (i *input) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
+	i.mu.Lock()
+	i.closed = true
+	client := i.client
+	i.client = nil
+	i.mu.Unlock()
+
+	i.in.close()
+	acked := make(chan struct{})
+	go func() { i.acking.Wait(); close(acked) }()
+	select {
+	case <-acked:
+	case <-ctx.Done():
+		i.log.Warnf("Closing reliable_mqtt_in: acknowledgements still in progress after %s; the broker redelivers those messages", closeTimeout)
+	}
+	if client == nil {
+		return nil
+	}
+	return client.Close(ctx)
+}

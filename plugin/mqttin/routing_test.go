@@ -1,0 +1,121 @@
+package mqttin
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestSubscriptionPrecedence(t *testing.T) {
+	subs, err := parseSubscriptions([]string{"a/#", "a/+/c", "a/b/c", "+/+/c", "$share/g/s/#", "#", "$SYS/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ topic, want string }{
+		{"a/b/c", "a/b/c"}, // exact beats + and #
+		{"a/x/c", "a/+/c"}, // + beats #; first + declared wins over +/+/c
+		{"z/x/c", "+/+/c"}, // + beats the # of "#"
+		{"a/x", "a/#"},     // # of a/# declared before "#"
+		{"a", "a/#"},       // a/# matches its parent level
+		{"s/1/2", "$share/g/s/#"},
+		{"q", "#"},
+		{"$SYS/x", "$SYS/x"}, // only a filter naming $SYS matches it
+		{"$SYS/y", ""},       // wildcards at the first level never match $ topics
+	} {
+		got, ok := subs.match(tc.topic)
+		if tc.want == "" {
+			if ok {
+				t.Errorf("%q matched %q, want no match", tc.topic, got.raw)
+			}
+			continue
+		}
+		if !ok || got.raw != tc.want {
+			t.Errorf("%q matched %q (ok %v), want %q", tc.topic, got.raw, ok, tc.want)
+		}
+	}
+}
+
+func TestInvalidTopicFiltersAreRejected(t *testing.T) {
+	for _, tc := range []struct {
+		topics []string
+		want   string
+	}{
+		{nil, "at least one"},
+		{[]string{""}, "must not be empty"},
+		{[]string{"a/#/b"}, "'#' must be a whole level"},
+		{[]string{"a#"}, "'#' must be a whole level"},
+		{[]string{"a/b+"}, "'+' must be a whole level"},
+		{[]string{"$share/g"}, "$share/<group>/<filter>"},
+		{[]string{"$share//a"}, "$share/<group>/<filter>"},
+		{[]string{"$share/g+/a"}, "group name"},
+		{[]string{"a/b", "a/b"}, "listed twice"},
+		{[]string{"a\x00b"}, "NUL"},
+	} {
+		_, err := parseSubscriptions(tc.topics)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("topics %q: error %v, want one containing %q", tc.topics, err, tc.want)
+		}
+	}
+}
+
+func TestBadConfigErrors(t *testing.T) {
+	base := "urls: [ tcp://127.0.0.1:1 ]\n"
+	for _, tc := range []struct{ yaml, want string }{
+		{base + "client_id: ''\ntopics: [ a ]\n", "client_id must not be empty"},
+		{base + "client_id: x\ntopics: [ a ]\nqos: 3\n", "qos must be 0, 1 or 2"},
+		{base + "client_id: x\ntopics: [ a ]\nqos: -1\n", "qos must be 0, 1 or 2"},
+		{base + "client_id: x\ntopics: [ 'a/#/b' ]\n", "topics: filter"},
+		{base + "client_id: x\ntopics: [ a ]\nack_topic: acks\n", "ack_topic needs envelope"},
+		{base + "client_id: x\ntopics: [ a ]\nenvelope: ingress\nack_topic: 'acks/#'\n", "ack_topic"},
+		{base + "client_id: x\ntopics: [ a ]\nreceive_buffer_size: 0\n", "receive_buffer_size must be at least 1"},
+		{base + "client_id: x\ntopics: [ a ]\nsession_replay_buffer_size: -1\n", "session_replay_buffer_size"},
+		{base + "client_id: x\ntopics: [ a ]\nsession_replay_timeout: 0s\n", "session_replay_timeout must be positive"},
+	} {
+		conf, err := inputSpec().ParseYAML(tc.yaml, nil)
+		if err == nil {
+			_, err = parseSettings(conf)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config\n%s: error %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// The routing metadata on a real broker, including a shared subscription.
+func TestRoutingMetadata(t *testing.T) {
+	b := startBroker(t)
+	topics := []string{"a/#", "a/+/c", "a/b/c", "$share/grp/s/#"}
+	ti := openInput(t, inputYAML(b.URL(), "routing", topics))
+	want := map[string]string{"a/b/c": "a/b/c", "a/x/c": "a/+/c", "a/x": "a/#", "s/1": "$share/grp/s/#"}
+	wantSub := map[string]string{}
+	for k, v := range want {
+		wantSub[k] = v
+	}
+	for _, topic := range []string{"a/b/c", "a/x/c", "a/x", "s/1"} {
+		publish(t, b.URL(), topic, "p:"+topic)
+	}
+	// Mosquitto sends one copy per matching subscription, so a/b/c and a/x/c
+	// may come more than once; every copy must carry the same routing.
+	for reads := 0; len(want) > 0; reads++ {
+		if reads == 8 {
+			t.Fatalf("not received: %v", want)
+		}
+		msg, ack := ti.read()
+		topic := meta(msg, metaTopic)
+		if body(msg) != "p:"+topic {
+			t.Fatalf("body %q on topic %q", body(msg), topic)
+		}
+		if got := meta(msg, metaSubscription); got != wantSub[topic] {
+			t.Errorf("%s: mqtt_subscription = %q, want %q", topic, got, wantSub[topic])
+		}
+		delete(want, topic)
+		if meta(msg, metaQoS) != "1" || meta(msg, metaRetained) != "false" || meta(msg, metaDuplicate) != "false" {
+			t.Errorf("%s: qos %q retained %q duplicate %q", topic, meta(msg, metaQoS), meta(msg, metaRetained), meta(msg, metaDuplicate))
+		}
+		if id, err := strconv.Atoi(meta(msg, metaMessageID)); err != nil || id <= 0 || id > 65535 {
+			t.Errorf("%s: mqtt_message_id = %q", topic, meta(msg, metaMessageID))
+		}
+		_ = ack(context.Background(), nil)
+	}
+}

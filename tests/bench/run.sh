@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs the reliable_mqtt_out benchmarks once, against mosquitto on loopback,
+# and prints each one's ratio to the figures measured in the same run.
+#
+#   tests/bench/run.sh            # 100,000 messages per benchmark
+#   N=20000 tests/bench/run.sh    # a quicker look
+#
+# Needs mosquitto (PATH, /usr/sbin or $MOSQUITTO_BIN). Prints raw `go test`
+# output first, then the ratios. Do not run it in a loop on a shared box.
+set -eu
+cd "$(dirname "$0")/../.."
+N="${N:-100000}"
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+
+go test -run '^$' -bench . -benchtime="${N}x" -count=1 -timeout 20m ./tests/bench/ | tee "$out"
+
+awk -v n="$N" '
+/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+	for (i = 3; i < NF; i++) if ($(i+1) == "msgs/s") rate[name] = $i
+}
+END {
+	printf "\nratios (same run, %d messages each):\n", n
+	if (rate["BaselinePahoQoS1"] > 0 && rate["BrokerConfirm"] > 0)
+		printf "  broker-confirm / paho baseline   %5.0f%%  (target >= 50%%)\n", 100 * rate["BrokerConfirm"] / rate["BaselinePahoQoS1"]
+	for (w = 64; w <= 256; w *= 4) {
+		e = rate["EndToEnd/window=" w]
+		if (rate["BaselinePahoQoS1"] > 0 && e > 0)
+			printf "  end-to-end (window %3d) / paho   %5.0f%%  (%.0f msgs/s, target >= 20000)\n", w, 100 * e / rate["BaselinePahoQoS1"], e
+	}
+	if (rate["BrokerConfirm"] > 0 && rate["BacklogRecovery"] > 0)
+		printf "  backlog drain / live confirm     %5.0f%%  (target ~100%%)\n", 100 * rate["BacklogRecovery"] / rate["BrokerConfirm"]
+	if (rate["OutboxAppend64Writers"] > 0)
+		printf "  outbox appends                   %.0f msgs/s (target >= 50000)\n", rate["OutboxAppend64Writers"]
+}' "$out"
