@@ -1,6 +1,8 @@
 package mqttout_test
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -348,5 +353,57 @@ func TestForeignOutboxFileIsRefusedAndLeftUntouched(t *testing.T) {
 	got, err := os.ReadFile(path)
 	if err != nil || string(got) != string(garbage) {
 		t.Fatalf("the refused file was changed (err %v)", err)
+	}
+}
+
+func TestUnreadableRecordIsSkippedAndKeptWhileTheOthersAreDelivered(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ob, err := outbox.Open(path, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad uint64
+	for i, p := range []string{"first", "damaged", "third"} {
+		rec, err := ob.Append(context.Background(), outbox.Entry{EventID: fmt.Sprintf("e%d", i), Topic: "test/corrupt", Payload: []byte(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == "damaged" {
+			bad = rec.Seq
+		}
+	}
+	if err := ob.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Damage the middle record's bytes the way a bad disk block would.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := binary.BigEndian.AppendUint64(nil, bad)
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("outbox/records")).Put(key, []byte{1, 2}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	sub := harness.Subscribe(t, m.URL(), "corrupt-sub", true, "test/corrupt")
+	p := startPipeline(t, outputConf(m.URL(), path)) // a window wider than the damage: Read returns records before it too
+	harness.Eventually(t, waitLong, "both readable records delivered", func() bool { return sub.Count() >= 2 })
+	harness.Eventually(t, waitLong, "the damaged record reported", func() bool {
+		return p.logs.Contains(fmt.Sprintf("record seq %d", bad))
+	})
+	p.stop()
+	var got []string
+	for _, msg := range sub.Messages() {
+		got = append(got, string(msg.Payload))
+	}
+	if strings.Join(got, ",") != "first,third" {
+		t.Fatalf("delivered %v, want first then third", got)
+	}
+	if left := pendingIn(t, path); left != 1 {
+		t.Fatalf("outbox holds %d records, want the damaged one kept", left)
 	}
 }

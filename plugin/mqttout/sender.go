@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -90,22 +91,25 @@ func (sd *sender) run(ctx context.Context) {
 // flight is a published record awaiting its confirmation.
 type flight struct {
 	rec      outbox.Record
+	tok      paho.Token
 	sentAt   time.Time
 	deadline time.Time
 	elem     *list.Element
 }
 
-type published struct {
-	f   *flight
-	err error
+// tokenDone reports whether a publish token has completed, without waiting.
+func tokenDone(tok paho.Token) bool {
+	select {
+	case <-tok.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // session sends on one connection until it fails or ctx ends. progress
 // reports whether anything was confirmed.
 func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress bool, err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	wait := sd.s.publishTimeout
 	what := "PUBACK"
 	if sd.s.endToEnd {
@@ -113,7 +117,6 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 	}
 	inflight := list.New() // oldest first; deadlines grow front to back
 	byID := map[string]*flight{}
-	pubacks := make(chan published, sd.s.window)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
@@ -130,21 +133,11 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 	for {
 		for inflight.Len() < sd.s.window {
 			recs, err := sd.ob.Read(cursor, sd.s.window-inflight.Len())
-			if err != nil {
-				var corrupt *outbox.CorruptRecordError
-				if errors.As(err, &corrupt) {
-					// Leave it in place for an operator; skipping it is the
-					// only way the records behind it get delivered.
-					sd.log.Errorf("Skipping unreadable record (it stays in the outbox): %v", err)
-					cursor = corrupt.Seq
-					continue
-				}
+			var corrupt *outbox.CorruptRecordError
+			if err != nil && !errors.As(err, &corrupt) {
 				return progress, fmt.Errorf("reading outbox: %w", err)
 			}
-			if len(recs) == 0 {
-				break
-			}
-			for _, r := range recs {
+			for _, r := range recs { // with a corrupt record: those before it
 				cursor = r.Seq
 				if sd.removal.confirmed(r.Seq) {
 					continue
@@ -153,37 +146,47 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 				f := &flight{rec: r, sentAt: now, deadline: now.Add(wait)}
 				f.elem = inflight.PushBack(f)
 				byID[r.EventID] = f
-				tok := conn.PublishAsync(r.Topic, 1, false, r.Payload)
+				f.tok = conn.PublishAsync(r.Topic, 1, false, r.Payload)
 				sd.m.onPublished()
-				go func() {
-					select {
-					case <-tok.Done():
-						select {
-						case pubacks <- published{f, tok.Error()}:
-						case <-sctx.Done():
-						}
-					case <-sctx.Done():
-					}
-				}()
+			}
+			if corrupt != nil {
+				// Leave it in place for an operator; skipping it is the
+				// only way the records behind it get delivered.
+				sd.log.Errorf("Skipping unreadable record (it stays in the outbox): %v", err)
+				cursor = corrupt.Seq
+				continue
+			}
+			if len(recs) == 0 {
+				break
 			}
 		}
 
+		// The broker PUBACKs one client's publishes in order, so waiting on
+		// the oldest token is enough; newer ones are collected behind it.
+		// A failed token means a lost connection, which ends the session
+		// in either mode, so end_to_end need not watch tokens at all.
 		var timeout <-chan time.Time
+		var oldestPuback <-chan struct{}
 		if front := inflight.Front(); front != nil {
-			timer.Reset(time.Until(front.Value.(*flight).deadline))
+			f := front.Value.(*flight)
+			timer.Reset(time.Until(f.deadline))
 			timeout = timer.C
+			if !sd.s.endToEnd {
+				oldestPuback = f.tok.Done()
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return progress, ctx.Err()
 		case <-conn.Lost():
 			return progress, errors.New("connection lost")
-		case p := <-pubacks:
-			if p.err != nil {
-				return progress, fmt.Errorf("publishing event %s to %q failed: %w", p.f.rec.EventID, p.f.rec.Topic, p.err)
-			}
-			if !sd.s.endToEnd && p.f.elem != nil && byID[p.f.rec.EventID] == p.f {
-				confirm(p.f)
+		case <-oldestPuback:
+			for e := inflight.Front(); e != nil && tokenDone(e.Value.(*flight).tok); e = inflight.Front() {
+				f := e.Value.(*flight)
+				if err := f.tok.Error(); err != nil {
+					return progress, fmt.Errorf("publishing event %s to %q failed: %w", f.rec.EventID, f.rec.Topic, err)
+				}
+				confirm(f)
 			}
 		case <-sd.acks.signal:
 			for _, id := range sd.acks.drain() {
