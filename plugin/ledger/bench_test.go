@@ -14,6 +14,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 )
 
 // benchPipeline pushes b.N messages with distinct event IDs through a
@@ -22,6 +23,11 @@ import (
 // ack. With the ledger, every message is claimed in the processor and its
 // key committed (fsync'd, group-committed) by its delivery hook.
 func benchPipeline(b *testing.B, processors string) {
+	benchPipelineTo(b, processors, "drop: {}")
+}
+
+// benchPipelineTo is benchPipeline with a chosen output.
+func benchPipelineTo(b *testing.B, processors, output string) {
 	sb := service.NewStreamBuilder()
 	sb.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	send, err := sb.AddProducerFunc()
@@ -33,7 +39,7 @@ func benchPipeline(b *testing.B, processors string) {
 			b.Fatal(err)
 		}
 	}
-	if err := sb.AddOutputYAML("drop: {}"); err != nil {
+	if err := sb.AddOutputYAML(output); err != nil {
 		b.Fatal(err)
 	}
 	st, err := sb.Build()
@@ -85,5 +91,28 @@ func BenchmarkLedger(b *testing.B) {
 	b.Run("no-ledger", func(b *testing.B) { benchPipeline(b, "") })
 	b.Run("dedup_ledger", func(b *testing.B) {
 		benchPipeline(b, fmt.Sprintf("dedup_ledger:\n  path: %s\n", filepath.Join(b.TempDir(), "l.db")))
+	})
+}
+
+// BenchmarkLedgerWithDurableOutput compares a relay whose effect is durable
+// — reliable_mqtt_out appending to its fsync'd outbox (the broker is
+// unreachable, so only the append is measured) — with and without a
+// dedup_ledger sharing the outbox's file, in one run. This is the ledger's
+// real cost: its key rides in the outbox's own transaction.
+func BenchmarkLedgerWithDurableOutput(b *testing.B) {
+	output := func(path string) string {
+		return fmt.Sprintf(`reliable_mqtt_out:
+  urls: [ "tcp://127.0.0.1:1" ]
+  topic: bench/out
+  event_id: '${! meta("event_id") }'
+  outbox: { path: %q }
+`, path)
+	}
+	b.Run("no-ledger", func(b *testing.B) {
+		benchPipelineTo(b, "", output(filepath.Join(b.TempDir(), "relay.db")))
+	})
+	b.Run("dedup_ledger", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "relay.db")
+		benchPipelineTo(b, fmt.Sprintf("dedup_ledger:\n  path: %s\n", path), output(path))
 	})
 }
