@@ -1,11 +1,9 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // stream is an in-process Benthos stream fed by the test. send plays
@@ -25,14 +24,14 @@ type stream struct {
 	t      *testing.T
 	send   service.MessageHandlerFunc
 	stream *service.Stream
-	logs   *syncBuffer
+	logs   *harness.LogBuffer
 	done   chan error
 }
 
 func startStream(t *testing.T, processorYAML, outputYAML string) *stream {
 	t.Helper()
 	sb := service.NewStreamBuilder()
-	logs := &syncBuffer{}
+	logs := &harness.LogBuffer{}
 	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	send, err := sb.AddProducerFunc()
 	if err != nil {
@@ -89,23 +88,6 @@ func newMsg(payload string, meta ...string) *service.Message {
 		msg.MetaSetMut(meta[i], meta[i+1])
 	}
 	return msg
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newTestProcessor builds a dedup_ledger from YAML, as Benthos would.

@@ -1,7 +1,6 @@
 package mqttin
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,7 +44,7 @@ func inputYAML(url, clientID string, topics []string, extra ...string) string {
 type testInput struct {
 	t    *testing.T
 	in   *input
-	logs *syncBuffer
+	logs *harness.LogBuffer
 	once sync.Once
 }
 
@@ -72,7 +71,7 @@ func startInputWait(t *testing.T, yaml string, wait time.Duration) (*testInput, 
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
 	}
-	logs := &syncBuffer{}
+	logs := &harness.LogBuffer{}
 	logger := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	in, err := newInput(conf, service.MockResources(service.MockResourcesOptUseLogger(logger)))
 	if err != nil {
@@ -168,22 +167,3 @@ func publish(t *testing.T, url, topic string, payloads ...string) {
 	t.Helper()
 	harness.Publish(t, url, topic, harness.Payloads(payloads...))
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }

@@ -1,11 +1,8 @@
 package mqttout_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // pipeline is an in-process Benthos stream whose only output is the
@@ -23,7 +21,7 @@ type pipeline struct {
 	t      *testing.T
 	send   service.MessageHandlerFunc
 	stream *service.Stream
-	logs   *syncBuffer
+	logs   *harness.LogBuffer
 	done   chan error
 }
 
@@ -31,7 +29,7 @@ type pipeline struct {
 func startPipeline(t *testing.T, outputYAML string) *pipeline {
 	t.Helper()
 	sb := service.NewStreamBuilder()
-	logs := &syncBuffer{}
+	logs := &harness.LogBuffer{}
 	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	send, err := sb.AddProducerFunc()
 	if err != nil {
@@ -81,22 +79,3 @@ func pendingIn(t *testing.T, path string) int {
 	defer ob.Close()
 	return ob.Stats().Pending
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
