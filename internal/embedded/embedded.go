@@ -320,7 +320,7 @@ func start(dir string, cfg Config) (*instance, error) {
 		InlineClient: true, // used to replay fan-outs interrupted by a crash
 	})
 
-	store := &storeHook{}
+	store := &storeHook{server: server}
 	inst := &instance{dir: dir, cfg: cfg, server: server, store: store, listens: map[string]bool{}}
 	fail := func(err error) (*instance, error) {
 		_ = closeBounded(server) // also stops the hooks, closing the store if it opened

@@ -53,18 +53,28 @@ const (
 // mochi has queued the message for all subscribers, and records left by a
 // crash are re-published when the broker starts (at-least-once).
 //
+// It also makes session takeover and resend safe (see fanoutGate and
+// orderInflight): mochi loses messages published while a stored session is
+// resumed, and resends in an order MQTT forbids.
+//
 // Writes go through one committer (see writer) in the order the hooks run,
 // so a committed state is always a prefix of the events. Invariant, enforced
 // in OnQosPublish: a PUBACK/PUBREC is written to a publisher only after
 // its fan-out record (and retained copy) is committed.
 type storeHook struct {
 	mqtt.HookBase
-	db *bbolt.DB
-	w  *writer
+	server *mqtt.Server // set before AddHook; used to find the session a CONNECT resumes
+	db     *bbolt.DB
+	w      *writer
+	gate   *fanoutGate
 
-	mu      sync.Mutex
-	fanouts map[*mqtt.Client]uint64 // client -> fan-out record of the publish it is processing
-	nextSeq uint64                  // next fan-out record key; guarded by mu
+	mu        sync.Mutex                   // guards the fields below
+	fanouts   map[*mqtt.Client]uint64      // client -> fan-out record of the publish it is processing
+	nextSeq   uint64                       // next fan-out record key
+	gated     map[*mqtt.Client]int         // client -> its fan-outs inside gate (inline client: several)
+	takeovers map[string]*takeover         // client ID -> takeover in progress
+	order     map[string]map[uint16]uint64 // client ID -> packet ID -> order of its inflight message
+	nextOrder uint64                       // next order number (see order.go)
 
 	closeMu sync.Mutex
 	stopErr error
@@ -74,8 +84,10 @@ func (h *storeHook) ID() string { return "reliable-mqtt-bbolt-store" }
 
 func (h *storeHook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
+		mqtt.OnSessionEstablish,
 		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
+		mqtt.OnPacketEncode,
 		mqtt.OnSubscribed,
 		mqtt.OnUnsubscribed,
 		mqtt.OnPublish,
@@ -136,6 +148,11 @@ func (h *storeHook) Init(config any) error {
 	}
 	h.db = db
 	h.fanouts = map[*mqtt.Client]uint64{}
+	h.gated = map[*mqtt.Client]int{}
+	h.takeovers = map[string]*takeover{}
+	h.order = map[string]map[uint16]uint64{}
+	h.nextOrder = 1
+	h.gate = newFanoutGate()
 	h.w = newWriter(db, h.Log)
 	return nil
 }
@@ -146,6 +163,7 @@ func (h *storeHook) Stop() error {
 	if h.db == nil {
 		return nil
 	}
+	h.gate.close()
 	err := errors.Join(h.w.close(), h.db.Close())
 	if err != nil {
 		err = fmt.Errorf("close broker store %s: %w", h.db.Path(), err)
@@ -172,13 +190,33 @@ func sessionEnds(cl *mqtt.Client) bool {
 	return cl.Properties.Clean
 }
 
+// OnSessionEstablish runs before mochi looks for a stored session to
+// resume; resuming one is a takeover (see fanoutGate).
+func (h *storeHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if !sessionEnds(cl) {
+		h.beginTakeover(cl)
+	}
+}
+
+// OnSessionEstablished runs after the CONNACK and the resend of a resumed
+// session: its takeover is complete.
 func (h *storeHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	defer h.finishTakeover(cl)
 	if sessionEnds(cl) {
 		// A clean start discards any session stored under this ID.
-		h.w.enqueue(forgetClient(cl.ID)...)
+		h.forget(cl.ID)
 		return
 	}
 	h.w.enqueue(h.clientRecord(cl))
+}
+
+// OnPacketEncode orders a resumed session's inflight messages just before
+// mochi resends them; the CONNACK is the last packet written before that.
+func (h *storeHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack && pk.SessionPresent {
+		h.orderInflight(cl)
+	}
+	return pk
 }
 
 func (h *storeHook) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
@@ -191,7 +229,12 @@ func (h *storeHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	h.mu.Lock()
 	seq, publishing := h.fanouts[cl]
 	delete(h.fanouts, cl)
+	gated := h.gated[cl]
+	delete(h.gated, cl)
 	h.mu.Unlock()
+	for range gated {
+		h.gate.leave() // its publish ended without OnPublished
+	}
 	if publishing {
 		// The connection died between OnPublish and the fan-out: the
 		// publisher got no PUBACK and will resend, so the record goes.
@@ -200,11 +243,17 @@ func (h *storeHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if !expire || errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
 		return // a taken-over session lives on under the new connection
 	}
-	h.w.enqueue(forgetClient(cl.ID)...)
+	h.forget(cl.ID)
 }
 
 func (h *storeHook) OnClientExpired(cl *mqtt.Client) {
-	h.w.enqueue(forgetClient(cl.ID)...)
+	h.forget(cl.ID)
+}
+
+// forget deletes a session from the file and from the resend order.
+func (h *storeHook) forget(id string) {
+	h.forgetOrder(id)
+	h.w.enqueue(forgetClient(id)...)
 }
 
 func (h *storeHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
@@ -244,10 +293,18 @@ func (h *storeHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	h.w.enqueue(cs...)
 }
 
-// OnPublish records a fan-out record for every QoS>0 publish from a client.
+// OnPublish lets every QoS>0 publish pass fanoutGate, and records a
+// fan-out record for one from a client.
 func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline || pk.FixedHeader.Qos == 0 {
-		return pk, nil // inline publishes are our own replays; QoS 0 promises nothing
+	if pk.FixedHeader.Qos == 0 {
+		return pk, nil // QoS 0 promises nothing and is never queued
+	}
+	h.gate.enter() // left in OnPublished, or OnDisconnect if mochi stops before
+	h.mu.Lock()
+	h.gated[cl]++
+	h.mu.Unlock()
+	if cl.Net.Inline {
+		return pk, nil // inline publishes are our own replays
 	}
 	msg := toMessage(pk)
 	msg.T = "FAN"
@@ -263,11 +320,21 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 
 // OnPublished runs after mochi queued the message for every subscriber;
 // their inflight records precede this delete in the write order.
-func (h *storeHook) OnPublished(cl *mqtt.Client, _ packets.Packet) {
+func (h *storeHook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	seq, ok := h.fanouts[cl]
 	delete(h.fanouts, cl)
+	gated := pk.FixedHeader.Qos > 0 && h.gated[cl] > 0
+	if gated {
+		h.gated[cl]--
+		if h.gated[cl] == 0 {
+			delete(h.gated, cl)
+		}
+	}
 	h.mu.Unlock()
+	if gated {
+		h.gate.leave()
+	}
 	if ok {
 		h.w.enqueue(change{bucket: bucketFanout, key: seqKey(seq)})
 	}
@@ -302,6 +369,7 @@ func (h *storeHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ 
 		msg := toMessage(pk)
 		msg.T = storage.InflightKey
 		msg.Client = cl.ID
+		msg.Created = int64(h.assignOrder(cl, pk)) // see order.go
 		cs = append(cs, h.put(bucketInflight, inflightKey(cl.ID, pk.PacketID), msg))
 	}
 	switch pk.FixedHeader.Type {
@@ -315,10 +383,18 @@ func (h *storeHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ 
 }
 
 func (h *storeHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	h.dropOrder(cl.ID, pk.PacketID)
 	h.w.enqueue(change{bucket: bucketInflight, key: inflightKey(cl.ID, pk.PacketID)})
 }
 
+// OnQosDropped deletes a dropped inflight message, except when mochi clears
+// a taken-over client: its messages were cloned to the new connection under
+// the same client ID and packet IDs, so the records still hold.
 func (h *storeHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	h.dropOrder(cl.ID, pk.PacketID)
 	h.w.enqueue(change{bucket: bucketInflight, key: inflightKey(cl.ID, pk.PacketID)})
 }
 
@@ -405,7 +481,11 @@ func (h *storeHook) StoredSubscriptions() ([]storage.Subscription, error) {
 }
 
 func (h *storeHook) StoredInflightMessages() ([]storage.Message, error) {
-	return h.messages(bucketInflight)
+	msgs, err := h.messages(bucketInflight)
+	for _, m := range msgs {
+		h.restoreOrder(m.Client, m.PacketID, m.Created)
+	}
+	return msgs, err
 }
 
 func (h *storeHook) StoredRetainedMessages() ([]storage.Message, error) {
