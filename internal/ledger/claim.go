@@ -36,7 +36,7 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", int(v))
 }
 
-// ErrApplied is returned by Claim.Apply and SkipIfApplied inside a
+// ErrApplied is returned by SkipIfApplied inside a
 // transaction when the key is already applied: the writer must write
 // nothing for this message and report success.
 var ErrApplied = errors.New("ledger: key already applied")
@@ -153,16 +153,23 @@ func (c *Claim) Committed() bool {
 
 // Apply records the key inside tx, the transaction that writes the
 // message's effect (a transaction participant). The claim counts as
-// committed only when tx commits; if tx rolls back nothing happened and
-// Apply may run again in the retried transaction. It returns ErrApplied if
-// the key is already applied with the same hash.
+// committed only when tx commits (tx.OnCommit); if tx rolls back nothing
+// happened and Apply may run again in the retried transaction.
+//
+// One claim may be applied more than once: a message split after the
+// processor carries the same claim on every part, and every part is part of
+// the effect. While the claim is held no other copy of the key can write it,
+// so a key found already present — earlier in this transaction, or
+// committed by an earlier part — was written by this claim, and the part is
+// written too. A real duplicate never reaches Apply: it is caught by Claim
+// and guarded by SkipIfApplied.
 func (c *Claim) Apply(tx *bolt.Tx) error {
 	c.mu.Lock()
 	st := c.state
 	c.mu.Unlock()
 	switch st {
 	case committed:
-		return ErrApplied
+		return nil // an earlier part committed the key
 	case released:
 		return fmt.Errorf("dedup key %s: its claim was released before the output wrote it (the message failed or timed out); the message is not written and will be retried", c.key)
 	}
@@ -172,8 +179,7 @@ func (c *Claim) Apply(tx *bolt.Tx) error {
 	}
 	if existed {
 		if old == c.hash {
-			c.settle(committed)
-			return ErrApplied
+			return nil // an earlier part of this message, same transaction
 		}
 		return fmt.Errorf("dedup key %s is already applied with a different payload; not written", c.key)
 	}

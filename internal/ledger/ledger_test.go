@@ -453,3 +453,72 @@ func TestOpenSharesOneLedgerPerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A message split after dedup_ledger carries one claim on every part: every
+// part is stored and the key is applied once, whether the parts land in one
+// outbox transaction or in several.
+func TestSplitMessageStoresEveryPartUnderOneClaim(t *testing.T) {
+	for _, together := range []bool{false, true} {
+		name := map[bool]string{false: "separate transactions", true: "one transaction"}[together]
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "shared.db")
+			l := openT(t, path, Options{})
+			ob, err := outbox.Open(path, outbox.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ob.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			key := Key{"p", "split-1"}
+			c, _ := claimT(t, l, key, "whole message")
+			appendPart := func(id string) error {
+				_, err := ob.Append(ctx, outbox.Entry{EventID: id, Topic: "t", Payload: []byte(id),
+					Participants: []func(*bolt.Tx) error{c.Apply}})
+				return err
+			}
+
+			var wg sync.WaitGroup
+			errs := make([]error, 3)
+			if together {
+				// Hold the committer so that all parts queue into one group.
+				block := make(chan struct{})
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := ob.Append(ctx, outbox.Entry{EventID: "blocker", Topic: "t", Payload: []byte("b"),
+						Participants: []func(*bolt.Tx) error{func(*bolt.Tx) error { <-block; return nil }}})
+					errs[0] = err
+				}()
+				time.Sleep(50 * time.Millisecond)
+				for i, id := range []string{"part-1", "part-2"} {
+					wg.Add(1)
+					go func() { defer wg.Done(); errs[i+1] = appendPart(id) }()
+				}
+				time.Sleep(50 * time.Millisecond)
+				close(block)
+				wg.Wait()
+			} else {
+				errs[1], errs[2] = appendPart("part-1"), appendPart("part-2")
+			}
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("append %d: %v", i, err)
+				}
+			}
+			want := 2
+			if together {
+				want = 3 // the blocker too
+			}
+			if got := ob.Stats().Pending; got != want {
+				t.Fatalf("outbox holds %d records, want %d: a part was dropped", got, want)
+			}
+			if !c.Committed() {
+				t.Fatal("the claim is not committed after its parts were stored")
+			}
+			if applied, _, _, err := l.Lookup(key); err != nil || !applied {
+				t.Fatalf("key not applied after its parts were stored (err %v)", err)
+			}
+		})
+	}
+}

@@ -70,6 +70,7 @@ func (o *Outbox) commit(batch []*request) {
 		}
 	}
 	var d delta
+	commitFailed := false
 	for {
 		var err error
 		d, err = o.attempt(batch)
@@ -85,23 +86,31 @@ func (o *Outbox) commit(batch []*request) {
 			continue
 		}
 		if err != nil {
-			err = fmt.Errorf("outbox file %s: commit failed, nothing from this group was written: %w", o.path, err)
+			err = fmt.Errorf("outbox file %s: commit failed, this group is not acknowledged: %w", o.path, err)
 			for _, r := range batch {
 				if !r.settled {
 					o.settle(r, Record{}, err)
 				}
 			}
 			d = delta{}
+			commitFailed = true
 		}
 		break
 	}
 
 	added := false
 	o.mu.Lock()
-	o.stats.Pending += d.pending
-	o.stats.PendingBytes += d.bytes
-	if d.oldestKnown {
-		o.stats.Oldest = d.oldest
+	if commitFailed {
+		// A commit can fail after its pages were written (a failed fsync):
+		// take the counters from the file, which is what the next
+		// transaction builds on.
+		o.reloadStatsLocked()
+	} else {
+		o.stats.Pending += d.pending
+		o.stats.PendingBytes += d.bytes
+		if d.oldestKnown {
+			o.stats.Oldest = d.oldest
+		}
 	}
 	for _, r := range batch {
 		if r.entry != nil {
@@ -165,10 +174,13 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 		if d.pending == 0 && d.bytes == 0 && !removed {
 			return nil
 		}
-		o.mu.Lock()
-		pending, pendingBytes := o.stats.Pending+d.pending, o.stats.PendingBytes+d.bytes
-		wasEmpty := o.stats.Pending == 0
-		o.mu.Unlock()
+		// The stored counters, not the in-memory ones, are the base: after a
+		// commit that failed at its fsync but whose pages did land, memory
+		// is behind the file.
+		stored := int(boltfile.Uint64(meta, keyPending))
+		pending := stored + d.pending
+		pendingBytes := int64(boltfile.Uint64(meta, keyPendingBytes)) + d.bytes
+		wasEmpty := stored == 0
 		if err := boltfile.PutUint64(meta, keyPending, uint64(pending)); err != nil {
 			return err
 		}

@@ -223,6 +223,16 @@ func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
 	o.clientID = string(meta.Get(keyClientID))
 }
 
+// reloadStatsLocked rereads the counters and the oldest record from the
+// file. Caller holds mu.
+func (o *Outbox) reloadStatsLocked() {
+	_ = o.db.View(func(tx *bolt.Tx) error {
+		o.stats = Stats{}
+		o.loadFrom(tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
+		return nil
+	})
+}
+
 // Path returns the outbox file's absolute path.
 func (o *Outbox) Path() string { return o.path }
 
@@ -245,8 +255,11 @@ func (o *Outbox) Stats() Stats {
 // the outbox is full Append waits for space until ctx is done (a retried
 // duplicate waits too: admission happens before the index is consulted).
 // Once the committer has taken the entry, Append waits for the commit's
-// result whatever ctx does, so an error always means "not appended" and nil
-// means "on disk" (Seq 0: skipped by a participant).
+// result whatever ctx does: nil means "on disk" (Seq 0: skipped by a
+// participant), an error means "not known to be on disk". Almost always that
+// is "not appended"; only a commit whose fsync failed after its pages were
+// written leaves the record present anyway, so a retry may store it twice
+// (or find it, under the same event ID) — a duplicate, never a loss.
 func (o *Outbox) Append(ctx context.Context, e Entry) (Record, error) {
 	if e.EventID == "" {
 		return Record{}, fmt.Errorf("outbox file %s: entry has an empty event ID", o.path)
