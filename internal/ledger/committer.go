@@ -80,7 +80,11 @@ func (l *Ledger) commitBatch(batch []*commitReq) {
 			l.commits.Add(1)
 			l.keys.Add(1)
 		}
-		// Applied either way: waiters find the stored entry.
+		if r.err != nil {
+			// The stored entry is someone else's: this claim applied nothing.
+			r.c.settle(released)
+			continue
+		}
 		r.c.settle(committed)
 	}
 }
