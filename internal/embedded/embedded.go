@@ -234,6 +234,11 @@ func Acquire(rawURL string) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded broker: resolve data directory %q: %w", cfg.Dir, err)
 	}
+	// Two spellings of one directory (a symlink) must name one broker, or
+	// the second would wait on the first one's file lock.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 
 	registry.Lock()
 	defer registry.Unlock()
