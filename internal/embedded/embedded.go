@@ -10,7 +10,9 @@
 // this broker means the message is on disk: one fsync per publish, shared by
 // concurrent publishers. After a crash, messages may be delivered again
 // (at-least-once), never lost once acknowledged to the publisher (within
-// the max_inflight/max_queued limits below).
+// the max_inflight/max_queued limits below). Will messages are the
+// exception: mochi publishes them outside the hooks that make a publish
+// durable, so a crash right after a client died can lose its will.
 //
 // URL form:
 //
