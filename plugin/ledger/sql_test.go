@@ -431,3 +431,22 @@ sql:
 		t.Fatalf("counter = %d, want 10 (ten distinct events)", v)
 	}
 }
+
+// Processors on one table share one store, so they must agree on what the
+// store does for them; a second one with other settings is refused rather
+// than silently given the first one's.
+func TestSQLSecondProcessorWithOtherSettingsIsRefused(t *testing.T) {
+	dsn := filepath.Join(t.TempDir(), "shared.db")
+	first := newSQLTestProcessor(t, "sql:\n  dsn: "+dsn+"\n  init_statements: [ 'CREATE TABLE IF NOT EXISTS a (x INTEGER)' ]\n")
+	if first == nil {
+		t.Fatal("no processor")
+	}
+	same := newSQLTestProcessor(t, "sql:\n  dsn: "+dsn+"\n  init_statements: [ 'CREATE TABLE IF NOT EXISTS a (x INTEGER)' ]\n")
+	if same == nil {
+		t.Fatal("a processor with identical settings was refused")
+	}
+	_, err := buildSQLProcessor("sql:\n  dsn: " + dsn + "\n  init_statements: [ 'CREATE TABLE IF NOT EXISTS b (x INTEGER)' ]\n")
+	if err == nil || !strings.Contains(err.Error(), "different settings") {
+		t.Fatalf("a processor with other init_statements on the same table: got %v, want a refusal", err)
+	}
+}

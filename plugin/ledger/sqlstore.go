@@ -18,8 +18,9 @@ import (
 // answered only after its transaction committed or failed, so a message
 // never moves on before its effect (or its key) is durable.
 type sharedStore struct {
-	id    string
-	store *sqlledger.Store
+	id       string
+	settings string // what every processor sharing the store must agree on
+	store    *sqlledger.Store
 	reqs  chan *sqlReq
 	max   int // requests per transaction
 
@@ -49,9 +50,15 @@ var (
 // running init) on first use. Every call needs a release.
 func openShared(ctx context.Context, s *sqlSettings, retention time.Duration, onKeys func(int64), logf func(string, ...any)) (*sharedStore, error) {
 	id := string(s.cfg.Driver) + "\x00" + s.cfg.DSN + "\x00" + s.cfg.Table
+	// The first processor's pool, batching, retention and init statements
+	// serve them all, so a second one must not expect others.
+	settings := fmt.Sprintf("%+v|%d|%s|%q", s.cfg, s.maxBatch, retention, s.init)
 	storesMu.Lock()
 	defer storesMu.Unlock()
 	if sh := stores[id]; sh != nil {
+		if sh.settings != settings {
+			return nil, fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", s.cfg.Table, s.cfg.Driver)
+		}
 		sh.mu.Lock()
 		sh.refs++
 		sh.mu.Unlock()
@@ -69,7 +76,7 @@ func openShared(ctx context.Context, s *sqlSettings, retention time.Duration, on
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	sh := &sharedStore{
-		id: id, store: st, reqs: make(chan *sqlReq, 4*s.maxBatch), max: s.maxBatch,
+		id: id, settings: settings, store: st, reqs: make(chan *sqlReq, 4*s.maxBatch), max: s.maxBatch,
 		claims: map[sqlledger.Key]*sqlClaim{}, refs: 1, ctx: wctx, stop: stop,
 	}
 	// One worker per connection: more could only queue for a connection.
