@@ -72,7 +72,9 @@ func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err erro
 			}
 			stale = append(stale, append([]byte(nil), k...))
 		}
-		more = scanned == l.opts.ExpireBatch
+		// A full batch of which nothing could go (all claimed) ends this run:
+		// rescanning the same entries would make no progress.
+		more = scanned == l.opts.ExpireBatch && len(stale) > 0
 		deleted = 0
 		for _, tk := range stale {
 			key := tk[8:]

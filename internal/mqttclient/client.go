@@ -271,13 +271,16 @@ func (c *Client) Close(ctx context.Context) error {
 	default:
 		close(c.closing)
 	}
+	var err error
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		return fmt.Errorf("mqtt: close timed out: %w", ctx.Err())
+		err = fmt.Errorf("mqtt: close timed out: %w", ctx.Err())
 	}
+	// Even after a timeout: the loop no longer needs the broker once it
+	// sees closing, and a leaked reference would keep it running.
 	c.releaseEmbedded()
-	return nil
+	return err
 }
 
 func (c *Client) loop() {

@@ -93,7 +93,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 				service.NewIntField(fieldOutboxMaxBytes).Description("At most this many pending bytes; `Write` blocks while full. 0 means unbounded.").Default(0),
 			).Description("The durable outbox."),
 			service.NewIntField(fieldWindow).
-				Description("How many unconfirmed messages may be on the wire at once. 1 is strict stop-and-wait.").
+				Description("How many unconfirmed messages the outbox sender keeps on the wire at once. 1 is strict stop-and-wait. In direct mode (no outbox) each write waits for its own confirmation and `max_in_flight` sets how many are in flight.").
 				Default(64),
 			service.NewDurationField(fieldAckTimeout).
 				Description("With `confirm: end_to_end`: how long to wait for a published message's ACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
