@@ -1,6 +1,9 @@
 package mqttin
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,5 +54,31 @@ func TestSlowPipelineKeepsConnectionAlive(t *testing.T) {
 	}
 	for range 300 {
 		ti.readAck()
+	}
+}
+
+// Rejected QoS 0 messages wait for their retry in a list bounded like the
+// queue: a pipeline that rejects everything cannot grow it with the
+// incoming rate.
+func TestRejectedQoS0RetriesAreBounded(t *testing.T) {
+	b := startBroker(t)
+	ti := openInput(t, inputYAML(b.URL(), "qos0-retry", []string{"r/#"}, "qos: 0", "clean_session: true", "receive_buffer_size: 3",
+		"retry_backoff: { initial_interval: 1m, max_interval: 1m }"))
+	for i := range 8 {
+		// One at a time, so that none is dropped from the queue itself.
+		publish(t, b.URL(), "r/x", fmt.Sprintf("m%d", i))
+		_, ack := ti.read()
+		if err := ack(context.Background(), errors.New("output down")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ti.in.in.mu.Lock()
+	retrying, counted := len(ti.in.in.retries), ti.in.in.qos0Retrying
+	ti.in.in.mu.Unlock()
+	if retrying != 3 || counted != 3 {
+		t.Fatalf("%d rejected QoS 0 messages wait for a retry (counted %d), want receive_buffer_size = 3", retrying, counted)
+	}
+	if !ti.logs.Contains("Dropping a rejected QoS 0 message") {
+		t.Fatal("no warning for the dropped QoS 0 retries")
 	}
 }

@@ -115,14 +115,15 @@ type inbox struct {
 	m   *metrics
 	log *service.Logger
 
-	mu      sync.Mutex
-	queue   []*delivery // deliverable, oldest first
-	qos0    int         // QoS 0 messages in queue
-	retries []*delivery // rejected, waiting for their due time
-	held    int         // held messages across connections (gauge)
-	conns   map[*mqttclient.Conn]*connState
-	wake    chan struct{} // closed and replaced when Read may have work
-	closed  bool
+	mu           sync.Mutex
+	queue        []*delivery // deliverable, oldest first
+	qos0         int         // QoS 0 messages in queue
+	qos0Retrying int         // QoS 0 messages in retries
+	retries      []*delivery // rejected, waiting for their due time
+	held         int         // held messages across connections (gauge)
+	conns        map[*mqttclient.Conn]*connState
+	wake         chan struct{} // closed and replaced when Read may have work
+	closed       bool
 
 	qos0Dropped  int // since the last warning
 	qos0WarnedAt time.Time
@@ -367,6 +368,15 @@ func (in *inbox) retry(d *delivery) {
 	if in.closed || (d.qos() > 0 && (d.cs.gone || !d.cs.conn.Alive())) {
 		return
 	}
+	if d.qos() == 0 {
+		// QoS 0 has no broker window: bound its retries like its queue.
+		if in.qos0Retrying >= in.s.receiveBufferSize {
+			in.m.qos0Dropped.Incr(1)
+			in.log.Warnf("Dropping a rejected QoS 0 message on topic %q: %d QoS 0 messages already wait for a retry (receive_buffer_size)", d.msg.Topic(), in.qos0Retrying)
+			return
+		}
+		in.qos0Retrying++
+	}
 	in.m.retried.Incr(1)
 	in.retries = append(in.retries, d)
 	in.signal()
@@ -395,6 +405,9 @@ func (in *inbox) next(now time.Time) (*delivery, <-chan struct{}, time.Time, boo
 	if best >= 0 {
 		d := in.retries[best]
 		in.retries = append(in.retries[:best], in.retries[best+1:]...)
+		if d.qos() == 0 {
+			in.qos0Retrying--
+		}
 		return d, nil, time.Time{}, false
 	}
 	if len(in.queue) > 0 {
@@ -434,5 +447,6 @@ func (in *inbox) close() {
 		}
 	}
 	in.queue, in.retries = nil, nil
+	in.qos0, in.qos0Retrying = 0, 0
 	in.signal()
 }
