@@ -36,6 +36,8 @@ func TestSessionTakeoverLosesNoAcknowledgedMessage(t *testing.T) {
 	// whenever a takeover happens.
 	const publishers = 4
 	stop := make(chan struct{})
+	stopPublishers := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(stopPublishers) // also when the test fails half-way
 	done := make(chan []string, publishers)
 	for p := range publishers {
 		pub := connect(t, b.ClientURL(), fmt.Sprintf("takeover-pub-%d", p), true, nil)
@@ -43,7 +45,7 @@ func TestSessionTakeoverLosesNoAcknowledgedMessage(t *testing.T) {
 		go func() {
 			var acked []string
 			defer func() { done <- acked }()
-			for i := 0; ; i++ {
+			for i := 0; i < 200000; i++ { // bounded even if stop is never closed
 				select {
 				case <-stop:
 					return
@@ -70,7 +72,7 @@ func TestSessionTakeoverLosesNoAcknowledgedMessage(t *testing.T) {
 			old.Disconnect(0) // already taken over; just stop its goroutines
 		}
 	}
-	close(stop)
+	stopPublishers()
 	var acked []string
 	for range publishers {
 		acked = append(acked, <-done...)

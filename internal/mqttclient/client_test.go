@@ -159,10 +159,17 @@ func TestCloseIsBoundedWhileTheBrokerIsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
-	closeClient(t, c)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("Close took %s", d)
+	// Close gets a context without deadline, as Benthos gives it; it must
+	// return by itself. 30 s is a wait bound, not a speed target.
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return while the broker is unreachable")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

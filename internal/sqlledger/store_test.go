@@ -521,7 +521,7 @@ func TestSQLiteBusyIsRetried(t *testing.T) {
 		defer close(done)
 		r, err = s.Apply(ctx, Key{"n", "k"}, nil, []Exec{incr(b, 1)})
 	}()
-	time.Sleep(150 * time.Millisecond) // several busy timeouts
+	time.Sleep(time.Second) // many busy timeouts: Apply must have retried
 	tx.Rollback()
 	select {
 	case <-done:

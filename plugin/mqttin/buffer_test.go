@@ -46,11 +46,16 @@ func TestSlowPipelineKeepsConnectionAlive(t *testing.T) {
 	if !first.Alive() || ti.in.client.Current() != first {
 		t.Fatalf("the connection was lost while the pipeline was slow:\n%s", ti.logs.String())
 	}
-	ti.in.in.mu.Lock()
-	queued := len(ti.in.in.queue)
-	ti.in.in.mu.Unlock()
-	if queued != 100 { // mosquitto's window in these tests: nothing is acked, so 100 are in flight
-		t.Fatalf("%d messages waiting, want the broker's in-flight window of 100", queued)
+	queued := func() int {
+		ti.in.in.mu.Lock()
+		defer ti.in.in.mu.Unlock()
+		return len(ti.in.in.queue)
+	}
+	// mosquitto's window in these tests: nothing is acked, so 100 are in flight.
+	harness.Eventually(t, 10*time.Second, "the broker's in-flight window of 100 waiting", func() bool { return queued() == 100 })
+	time.Sleep(200 * time.Millisecond)
+	if n := queued(); n != 100 {
+		t.Fatalf("%d messages waiting, want exactly the broker's in-flight window of 100", n)
 	}
 	for range 300 {
 		ti.readAck()

@@ -51,7 +51,7 @@ func TestOutputEndToEndConfirmsEverythingAcrossABrokerRestart(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			const count = 3000
+			const count = 6000 // at 1/ms: the stream outlasts start-up, 100 ACKs and the restart
 			m := harness.StartMosquitto(t, c.opts)
 			acker := harness.StartAcker(t, m.URL(), "e2e/data", "e2e/acks", nil)
 			path := filepath.Join(t.TempDir(), "outbox.db")

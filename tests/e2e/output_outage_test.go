@@ -11,7 +11,7 @@ import (
 
 // outageCount messages at ~1 per ms keep the stream going for several
 // seconds, long enough to put an outage in the middle of it.
-const outageCount = 4000
+const outageCount = 8000
 
 // outOutageRun starts a window-64 publisher towards url and a persistent
 // subscriber on broker, waits until the stream is flowing, runs outage,

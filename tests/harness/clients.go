@@ -174,9 +174,18 @@ func (s *Subscriber) Close() {
 // Publish connects a fresh clean-session client to url, publishes every
 // payload to topic at QoS 1 and waits for every PUBACK, then disconnects.
 // It fails the test on any error or if the PUBACKs take longer than 10 s
-// plus 1 s per 1000 messages.
+// plus 1 s per 1000 messages. Call it from the test's goroutine; elsewhere
+// use PublishErr.
 func Publish(t testing.TB, url, topic string, payloads [][]byte) {
 	t.Helper()
+	if err := PublishErr(url, topic, payloads); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PublishErr is Publish for any goroutine: it returns the error instead of
+// failing the test.
+func PublishErr(url, topic string, payloads [][]byte) error {
 	id := "harness-pub-" + randomHex(6)
 	opts := mqtt.NewClientOptions().
 		AddBroker(url).
@@ -187,10 +196,10 @@ func Publish(t testing.TB, url, topic string, payloads [][]byte) {
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
 	if !tok.WaitTimeout(clientTimeout) {
-		t.Fatalf("harness: publisher: no CONNACK from %s within %s", url, clientTimeout)
+		return fmt.Errorf("harness: publisher: no CONNACK from %s within %s", url, clientTimeout)
 	}
 	if err := tok.Error(); err != nil {
-		t.Fatalf("harness: publisher: connect to %s: %v", url, err)
+		return fmt.Errorf("harness: publisher: connect to %s: %v", url, err)
 	}
 	defer c.Disconnect(250)
 
@@ -201,12 +210,13 @@ func Publish(t testing.TB, url, topic string, payloads [][]byte) {
 	deadline := time.Now().Add(clientTimeout + time.Duration(len(payloads))*time.Millisecond)
 	for i, tok := range tokens {
 		if !waitToken(tok, deadline) {
-			t.Fatalf("harness: publisher: message %d of %d to %s at %s: no PUBACK in time", i+1, len(payloads), topic, url)
+			return fmt.Errorf("harness: publisher: message %d of %d to %s at %s: no PUBACK in time", i+1, len(payloads), topic, url)
 		}
 		if err := tok.Error(); err != nil {
-			t.Fatalf("harness: publisher: message %d of %d to %s at %s: %v", i+1, len(payloads), topic, url, err)
+			return fmt.Errorf("harness: publisher: message %d of %d to %s at %s: %v", i+1, len(payloads), topic, url, err)
 		}
 	}
+	return nil
 }
 
 // waitToken reports whether tok completed before deadline.
