@@ -21,8 +21,8 @@ type sharedStore struct {
 	id       string
 	settings string // what every processor sharing the store must agree on
 	store    *sqlledger.Store
-	reqs  chan *sqlReq
-	max   int // requests per transaction
+	reqs     chan *sqlReq
+	max      int // requests per transaction
 
 	mu     sync.Mutex
 	claims map[sqlledger.Key]*sqlClaim
