@@ -195,3 +195,7 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 		}
 	}
 }
+
+func startClient(cfg mqttclient.Config) (*mqttclient.Client, error) {
+	return mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
+}
