@@ -1,6 +1,12 @@
 package mqttout
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
 
 // maxQueuedAcks bounds the ACKs decoded but not yet matched by the sender.
 const maxQueuedAcks = 1 << 16
@@ -65,4 +71,33 @@ func (r *recentIDs) add(id string) {
 func (r *recentIDs) has(id string) bool {
 	_, ok := r.set[id]
 	return ok
+}
+
+// ignoredLog writes the warning for an ignored ACK at most once per interval
+// and reason: publishers that share an ACK topic see every other
+// publisher's ACKs, which must not flood the log (the metric counts each).
+type ignoredLog struct {
+	every time.Duration
+	last  map[string]time.Time
+	quiet map[string]int // ignored since the last line, per reason
+}
+
+func newIgnoredLog(every time.Duration) *ignoredLog {
+	return &ignoredLog{every: every, last: map[string]time.Time{}, quiet: map[string]int{}}
+}
+
+// warn logs the ignored ACK for id unless a line for reason was written
+// within the interval. Not safe for concurrent use.
+func (l *ignoredLog) warn(log *service.Logger, reason, id string) {
+	now := time.Now()
+	if t, ok := l.last[reason]; ok && now.Sub(t) < l.every {
+		l.quiet[reason]++
+		return
+	}
+	more := ""
+	if n := l.quiet[reason]; n > 0 {
+		more = fmt.Sprintf(" (and %d more %s ACKs since the last such line)", n, reason)
+	}
+	log.Warnf("Ignoring %s ACK for event %s: no published, unconfirmed record has this ID%s", reason, id, more)
+	l.last[reason], l.quiet[reason] = now, 0
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
@@ -21,12 +23,15 @@ type direct struct {
 	mu      sync.Mutex
 	waiters map[string][]chan struct{}
 	recent  *recentIDs
+	ignored *ignoredLog
+	log     *service.Logger
 	done    chan struct{}
 }
 
-func newDirect(s settings, client *mqttclient.Client, acks *ackInbox, m *metrics) *direct {
+func newDirect(s settings, client *mqttclient.Client, acks *ackInbox, m *metrics, log *service.Logger) *direct {
 	return &direct{
-		s: s, client: client, acks: acks, m: m,
+		s: s, client: client, acks: acks, m: m, log: log,
+		ignored: newIgnoredLog(10 * time.Second),
 		waiters: map[string][]chan struct{}{},
 		recent:  newRecentIDs(4096),
 		done:    make(chan struct{}),
@@ -59,6 +64,7 @@ func (d *direct) run(ctx context.Context) {
 						reason = reasonDuplicate
 					}
 					d.m.ackIgnored(reason)
+					d.ignored.warn(d.log, reason, id)
 				}
 			}
 		}

@@ -106,7 +106,7 @@ func (o *output) Connect(ctx context.Context) error {
 		go o.sender.run(runCtx)
 		go o.m.watchOutbox(runCtx, o.ob, o.log, o.s.statsInterval)
 	} else {
-		o.direct = newDirect(o.s, client, o.acks, o.m)
+		o.direct = newDirect(o.s, client, o.acks, o.m, o.log)
 		go o.direct.run(runCtx)
 	}
 	return nil

@@ -33,6 +33,7 @@ type sender struct {
 	m       *metrics
 	log     *service.Logger
 	recent  *recentIDs
+	ignored *ignoredLog
 	removal *remover
 	done    chan struct{}
 }
@@ -41,6 +42,7 @@ func newSender(s settings, ob *outbox.Outbox, client *mqttclient.Client, acks *a
 	return &sender{
 		s: s, ob: ob, client: client, acks: acks, m: m, log: log,
 		recent:  newRecentIDs(4096),
+		ignored: newIgnoredLog(10 * time.Second),
 		removal: newRemover(ob, log),
 		done:    make(chan struct{}),
 	}
@@ -199,7 +201,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 					reason = reasonDuplicate
 				}
 				sd.m.ackIgnored(reason)
-				sd.log.Warnf("Ignoring %s ACK for event %s: no published, unconfirmed record has this ID", reason, id)
+				sd.ignored.warn(sd.log, reason, id)
 			}
 		case <-sd.ob.Appended():
 		case <-timeout:
