@@ -245,9 +245,9 @@ func outUpTo(n int) map[int]bool {
 func outWaitDrained(t *testing.T, p *harness.Proc, path string, inner outInner, count int, delivered func() map[int]bool) {
 	t.Helper()
 	all := outUpTo(count)
-	harness.Eventually(t, outWait, "the current run to accept every message", func() bool {
-		return len(outMissing(all, outAccepted(t, p.RunLog()))) == 0
-	})
+	if !outWaitFor(outWait, func() bool { return len(outMissing(all, outAccepted(t, p.RunLog()))) == 0 }) {
+		t.Fatalf("after %s the current run has not accepted %v (first 20)", outWait, outMissing(all, outAccepted(t, p.RunLog())))
+	}
 	if delivered != nil && !outWaitFor(outWait, func() bool { return len(outMissing(all, delivered())) == 0 }) {
 		t.Fatalf("after %s still not delivered: %v (first 20); the publisher's last stats line says %d pending",
 			outWait, outMissing(all, delivered()), outLastPending(p.RunLog()))
