@@ -47,8 +47,78 @@ func (a *ackInbox) drain() []string {
 	return ids
 }
 
-// recentIDs remembers the last confirmed event IDs, to tell a duplicate ACK
-// from one for an ID we never had in flight.
+// Reasons an ACK is ignored, the label of the acks_ignored counter.
+const (
+	reasonMalformed = "malformed" // not a valid reliomq v1 ACK
+	reasonUnknown   = "unknown"   // no published, unconfirmed record has this ID
+	reasonDuplicate = "duplicate" // the record was confirmed already
+	reasonOverflow  = "overflow"  // too many ACKs queued for the sender
+)
+
+// ignoredACKs accounts for ACKs that confirm nothing. Every one is counted;
+// a warning is logged at most once per reason and interval, because
+// publishers that share an ACK topic see each other's ACKs and must not
+// flood the log. It also remembers recent confirmations, to tell a
+// duplicate ACK from an unknown one. Safe for concurrent use: the paho
+// reader reports malformed ACKs while the sender reports unmatched ones.
+type ignoredACKs struct {
+	m     *metrics
+	log   *service.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	recent *recentIDs
+	last   map[string]time.Time
+	quiet  map[string]int // ignored since the last line, per reason
+}
+
+func newIgnoredACKs(m *metrics, log *service.Logger) *ignoredACKs {
+	return &ignoredACKs{
+		m: m, log: log, every: 10 * time.Second,
+		recent: newRecentIDs(4096), last: map[string]time.Time{}, quiet: map[string]int{},
+	}
+}
+
+// confirmed records that the record with event ID id was confirmed.
+func (a *ignoredACKs) confirmed(id string) {
+	a.mu.Lock()
+	a.recent.add(id)
+	a.mu.Unlock()
+}
+
+// unmatched ignores an ACK for id that matches no record in flight.
+func (a *ignoredACKs) unmatched(id string) {
+	a.mu.Lock()
+	reason := reasonUnknown
+	if a.recent.has(id) {
+		reason = reasonDuplicate
+	}
+	a.mu.Unlock()
+	a.ignore(reason, "for event "+id+": no published, unconfirmed record has this ID")
+}
+
+// ignore counts an ignored ACK and logs it unless a line for reason was
+// written within the interval.
+func (a *ignoredACKs) ignore(reason, what string) {
+	a.m.ignored.Incr(1, reason)
+	a.mu.Lock()
+	now := time.Now()
+	if t, ok := a.last[reason]; ok && now.Sub(t) < a.every {
+		a.quiet[reason]++
+		a.mu.Unlock()
+		return
+	}
+	more := ""
+	if n := a.quiet[reason]; n > 0 {
+		more = fmt.Sprintf(" (and %d more %s ACKs since the last such line)", n, reason)
+	}
+	a.last[reason], a.quiet[reason] = now, 0
+	a.mu.Unlock()
+	a.log.Warnf("Ignoring %s ACK %s%s", reason, what, more)
+}
+
+// recentIDs remembers the last confirmed event IDs. Not safe for concurrent
+// use on its own.
 type recentIDs struct {
 	ring []string
 	next int
@@ -71,33 +141,4 @@ func (r *recentIDs) add(id string) {
 func (r *recentIDs) has(id string) bool {
 	_, ok := r.set[id]
 	return ok
-}
-
-// ignoredLog writes the warning for an ignored ACK at most once per interval
-// and reason: publishers that share an ACK topic see every other
-// publisher's ACKs, which must not flood the log (the metric counts each).
-type ignoredLog struct {
-	every time.Duration
-	last  map[string]time.Time
-	quiet map[string]int // ignored since the last line, per reason
-}
-
-func newIgnoredLog(every time.Duration) *ignoredLog {
-	return &ignoredLog{every: every, last: map[string]time.Time{}, quiet: map[string]int{}}
-}
-
-// warn logs the ignored ACK for id unless a line for reason was written
-// within the interval. Not safe for concurrent use.
-func (l *ignoredLog) warn(log *service.Logger, reason, id string) {
-	now := time.Now()
-	if t, ok := l.last[reason]; ok && now.Sub(t) < l.every {
-		l.quiet[reason]++
-		return
-	}
-	more := ""
-	if n := l.quiet[reason]; n > 0 {
-		more = fmt.Sprintf(" (and %d more %s ACKs since the last such line)", n, reason)
-	}
-	log.Warnf("Ignoring %s ACK for event %s: no published, unconfirmed record has this ID%s", reason, id, more)
-	l.last[reason], l.quiet[reason] = now, 0
 }

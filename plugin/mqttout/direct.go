@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
@@ -20,20 +18,17 @@ type direct struct {
 	acks   *ackInbox
 	m      *metrics
 
+	ignored *ignoredACKs
+
 	mu      sync.Mutex
 	waiters map[string][]chan struct{}
-	recent  *recentIDs
-	ignored *ignoredLog
-	log     *service.Logger
 	done    chan struct{}
 }
 
-func newDirect(s settings, client *mqttclient.Client, acks *ackInbox, m *metrics, log *service.Logger) *direct {
+func newDirect(s settings, client *mqttclient.Client, acks *ackInbox, ignored *ignoredACKs, m *metrics) *direct {
 	return &direct{
-		s: s, client: client, acks: acks, m: m, log: log,
-		ignored: newIgnoredLog(10 * time.Second),
+		s: s, client: client, acks: acks, ignored: ignored, m: m,
 		waiters: map[string][]chan struct{}{},
-		recent:  newRecentIDs(4096),
 		done:    make(chan struct{}),
 	}
 }
@@ -50,21 +45,14 @@ func (d *direct) run(ctx context.Context) {
 				d.mu.Lock()
 				ws := d.waiters[id]
 				delete(d.waiters, id)
-				dup := d.recent.has(id)
-				if len(ws) > 0 {
-					d.recent.add(id)
-				}
 				d.mu.Unlock()
+				if len(ws) == 0 {
+					d.ignored.unmatched(id)
+					continue
+				}
+				d.ignored.confirmed(id)
 				for _, w := range ws {
 					close(w)
-				}
-				if len(ws) == 0 {
-					reason := reasonUnknown
-					if dup {
-						reason = reasonDuplicate
-					}
-					d.m.ackIgnored(reason)
-					d.ignored.warn(d.log, reason, id)
 				}
 			}
 		}

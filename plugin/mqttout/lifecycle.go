@@ -32,13 +32,14 @@ type output struct {
 	log *service.Logger
 	m   *metrics
 
-	mu     sync.Mutex
-	ob     *outbox.Outbox // nil in direct mode
-	client *mqttclient.Client
-	acks   *ackInbox
-	sender *sender // outbox mode
-	direct *direct // direct mode
-	stop   context.CancelFunc
+	mu      sync.Mutex
+	ob      *outbox.Outbox // nil in direct mode
+	client  *mqttclient.Client
+	acks    *ackInbox
+	ignored *ignoredACKs
+	sender  *sender // outbox mode
+	direct  *direct // direct mode
+	stop    context.CancelFunc
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
@@ -82,6 +83,7 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 
 	o.acks = newAckInbox()
+	o.ignored = newIgnoredACKs(o.m, o.log)
 	handlers := mqttclient.Handlers{}
 	if o.s.endToEnd {
 		handlers.OnConnect = func(ctx context.Context, conn *mqttclient.Conn) error {
@@ -102,11 +104,11 @@ func (o *output) Connect(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	o.stop = cancel
 	if o.ob != nil {
-		o.sender = newSender(o.s, o.ob, client, o.acks, o.m, o.log)
+		o.sender = newSender(o.s, o.ob, client, o.acks, o.ignored, o.m, o.log)
 		go o.sender.run(runCtx)
 		go o.m.watchOutbox(runCtx, o.ob, o.log, o.s.statsInterval)
 	} else {
-		o.direct = newDirect(o.s, client, o.acks, o.m, o.log)
+		o.direct = newDirect(o.s, client, o.acks, o.ignored, o.m)
 		go o.direct.run(runCtx)
 	}
 	return nil
@@ -116,13 +118,11 @@ func (o *output) Connect(ctx context.Context) error {
 func (o *output) onAck(msg paho.Message) {
 	id, err := envelope.DecodeAck(msg.Payload())
 	if err != nil {
-		o.m.ackIgnored(reasonMalformed)
-		o.log.Warnf("Ignoring malformed ACK on %q: %v", msg.Topic(), err)
+		o.ignored.ignore(reasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
 		return
 	}
 	if !o.acks.push(id) {
-		o.m.ackIgnored(reasonOverflow)
-		o.log.Warnf("Ignoring ACK for event %s: too many ACKs waiting to be processed", id)
+		o.ignored.ignore(reasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
 	}
 }
 

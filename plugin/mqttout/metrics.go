@@ -10,14 +10,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
-// Reasons an ACK is ignored, the label of the acks_ignored counter.
-const (
-	reasonMalformed = "malformed" // not a valid reliomq v1 ACK
-	reasonUnknown   = "unknown"   // no published, unconfirmed record has this ID
-	reasonDuplicate = "duplicate" // the record was confirmed already
-	reasonOverflow  = "overflow"  // too many ACKs queued for the sender
-)
-
 type metrics struct {
 	pending      *service.MetricGauge
 	pendingBytes *service.MetricGauge
@@ -30,7 +22,7 @@ type metrics struct {
 	connected    *service.MetricGauge
 
 	// Totals for the periodic log line.
-	nPublished, nConfirmed, nRetried atomic.Int64
+	nPublished, nConfirmed atomic.Int64
 }
 
 func newMetrics(m *service.Metrics) *metrics {
@@ -47,10 +39,8 @@ func newMetrics(m *service.Metrics) *metrics {
 	}
 }
 
-func (m *metrics) ackIgnored(reason string) { m.ignored.Incr(1, reason) }
-
 func (m *metrics) onPublished() { m.published.Incr(1); m.nPublished.Add(1) }
-func (m *metrics) onRetried()   { m.retried.Incr(1); m.nRetried.Add(1) }
+func (m *metrics) onRetried()   { m.retried.Incr(1) }
 func (m *metrics) onConfirmed(latency time.Duration) {
 	m.confirmed.Incr(1)
 	m.nConfirmed.Add(1)

@@ -32,17 +32,14 @@ type sender struct {
 	acks    *ackInbox
 	m       *metrics
 	log     *service.Logger
-	recent  *recentIDs
-	ignored *ignoredLog
+	ignored *ignoredACKs
 	removal *remover
 	done    chan struct{}
 }
 
-func newSender(s settings, ob *outbox.Outbox, client *mqttclient.Client, acks *ackInbox, m *metrics, log *service.Logger) *sender {
+func newSender(s settings, ob *outbox.Outbox, client *mqttclient.Client, acks *ackInbox, ignored *ignoredACKs, m *metrics, log *service.Logger) *sender {
 	return &sender{
-		s: s, ob: ob, client: client, acks: acks, m: m, log: log,
-		recent:  newRecentIDs(4096),
-		ignored: newIgnoredLog(10 * time.Second),
+		s: s, ob: ob, client: client, acks: acks, ignored: ignored, m: m, log: log,
 		removal: newRemover(ob, log),
 		done:    make(chan struct{}),
 	}
@@ -125,7 +122,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 	confirm := func(f *flight) {
 		inflight.Remove(f.elem)
 		delete(byID, f.rec.EventID)
-		sd.recent.add(f.rec.EventID)
+		sd.ignored.confirmed(f.rec.EventID)
 		sd.removal.add(f.rec.Seq)
 		sd.m.onConfirmed(time.Since(f.sentAt))
 		progress = true
@@ -194,14 +191,9 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 			for _, id := range sd.acks.drain() {
 				if f := byID[id]; f != nil {
 					confirm(f)
-					continue
+				} else {
+					sd.ignored.unmatched(id)
 				}
-				reason := reasonUnknown
-				if sd.recent.has(id) {
-					reason = reasonDuplicate
-				}
-				sd.m.ackIgnored(reason)
-				sd.ignored.warn(sd.log, reason, id)
 			}
 		case <-sd.ob.Appended():
 		case <-timeout:
