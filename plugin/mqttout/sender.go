@@ -210,7 +210,6 @@ type remover struct {
 	log *service.Logger
 
 	mu      sync.Mutex
-	queue   []uint64
 	pending map[uint64]struct{} // confirmed, not yet removed: never resend
 	signal  chan struct{}
 }
@@ -221,13 +220,9 @@ func newRemover(ob *outbox.Outbox, log *service.Logger) *remover {
 
 func (r *remover) add(seq uint64) {
 	r.mu.Lock()
-	r.queue = append(r.queue, seq)
 	r.pending[seq] = struct{}{}
 	r.mu.Unlock()
-	select {
-	case r.signal <- struct{}{}:
-	default:
-	}
+	r.kick()
 }
 
 func (r *remover) confirmed(seq uint64) bool {
@@ -266,18 +261,19 @@ func (r *remover) kick() {
 	}
 }
 
+// flush removes everything confirmed so far. What is confirmed while it
+// runs, or what a failed removal leaves, stays pending for the next flush.
 func (r *remover) flush() error {
 	r.mu.Lock()
-	batch := r.queue
-	r.queue = nil
+	batch := make([]uint64, 0, len(r.pending))
+	for seq := range r.pending {
+		batch = append(batch, seq)
+	}
 	r.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
 	if err := r.ob.Remove(batch...); err != nil {
-		r.mu.Lock()
-		r.queue = append(batch, r.queue...)
-		r.mu.Unlock()
 		return err
 	}
 	r.mu.Lock()
