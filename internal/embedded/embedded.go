@@ -171,10 +171,6 @@ func SetLogger(l *slog.Logger) {
 // the default level shows real problems such as dropped messages.
 type connErrorsAsDebug struct{ slog.Handler }
 
-func (h connErrorsAsDebug) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, l)
-}
-
 func (h connErrorsAsDebug) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == "" && r.Level == slog.LevelWarn {
 		r.Level = slog.LevelDebug

@@ -3,6 +3,7 @@ package embedded
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -182,13 +183,7 @@ func TestGracefulRestartKeepsOfflineQueueAndRetained(t *testing.T) {
 			publish(t, pub, "state/door", qos, true, "open")
 			pub.Disconnect(100)
 
-			if err := b.Release(); err != nil {
-				t.Fatal(err)
-			}
-			b, err = Acquire(u)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b = restartBroker(t, b, u)
 			defer func() { _ = b.Release() }()
 
 			// No re-subscribe: the stored session alone must deliver.
@@ -213,13 +208,7 @@ func TestGracefulRestartKeepsOfflineQueueAndRetained(t *testing.T) {
 			// only a marker published now arrives, nothing from before.
 			waitAcked(t, b, "persistent-sub")
 			sub.Disconnect(100)
-			if err := b.Release(); err != nil {
-				t.Fatal(err)
-			}
-			b, err = Acquire(u)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b = restartBroker(t, b, u)
 			again := newCollector()
 			sub, _ = connectSession(t, b.ClientURL(), "persistent-sub", false, again.handler)
 			defer sub.Disconnect(100)
@@ -386,7 +375,7 @@ func startHelper(t *testing.T, brokerURL string) *exec.Cmd {
 				break
 			}
 		}
-		_, _ = bufio.NewReader(out).WriteTo(discard{}) // keep the pipe drained
+		_, _ = io.Copy(io.Discard, out) // keep the pipe drained
 	}()
 	select {
 	case line := <-ready:
@@ -397,6 +386,20 @@ func startHelper(t *testing.T, brokerURL string) *exec.Cmd {
 		t.Fatal("helper broker not ready in time")
 	}
 	return cmd
+}
+
+// restartBroker releases b, the only reference to its broker, and starts the
+// broker again from its data directory.
+func restartBroker(t *testing.T, b *Broker, u string) *Broker {
+	t.Helper()
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Acquire(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // waitAcked waits until the broker holds no unacknowledged message for id.
@@ -414,10 +417,6 @@ func waitAcked(t *testing.T, b *Broker, id string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // --- MQTT client helpers -------------------------------------------------
 

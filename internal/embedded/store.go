@@ -455,33 +455,15 @@ func (h *storeHook) replayFanouts(server *mqtt.Server) error {
 // Stored* are called by mochi's Serve to restore its state.
 
 func (h *storeHook) StoredClients() ([]storage.Client, error) {
-	var out []storage.Client
-	err := h.each(bucketClients, func(v []byte) error {
-		var c storage.Client
-		if err := c.UnmarshalBinary(v); err != nil {
-			return err
-		}
-		out = append(out, c)
-		return nil
-	})
-	return out, err
+	return readBucket[storage.Client](h.db, bucketClients)
 }
 
 func (h *storeHook) StoredSubscriptions() ([]storage.Subscription, error) {
-	var out []storage.Subscription
-	err := h.each(bucketSubs, func(v []byte) error {
-		var s storage.Subscription
-		if err := s.UnmarshalBinary(v); err != nil {
-			return err
-		}
-		out = append(out, s)
-		return nil
-	})
-	return out, err
+	return readBucket[storage.Subscription](h.db, bucketSubs)
 }
 
 func (h *storeHook) StoredInflightMessages() ([]storage.Message, error) {
-	msgs, err := h.messages(bucketInflight)
+	msgs, err := readBucket[storage.Message](h.db, bucketInflight)
 	for _, m := range msgs {
 		h.restoreOrder(m.Client, m.PacketID, m.Created)
 	}
@@ -489,7 +471,7 @@ func (h *storeHook) StoredInflightMessages() ([]storage.Message, error) {
 }
 
 func (h *storeHook) StoredRetainedMessages() ([]storage.Message, error) {
-	return h.messages(bucketRetained)
+	return readBucket[storage.Message](h.db, bucketRetained)
 }
 
 // StoredSysInfo restores the gauges mochi derives from stored state; the
@@ -505,32 +487,26 @@ func (h *storeHook) StoredSysInfo() (storage.SystemInfo, error) {
 	return info, err
 }
 
-func (h *storeHook) messages(bucket []byte) ([]storage.Message, error) {
-	var out []storage.Message
-	err := h.each(bucket, func(v []byte) error {
-		var m storage.Message
-		if err := m.UnmarshalBinary(v); err != nil {
-			return err
-		}
-		out = append(out, m)
-		return nil
-	})
-	return out, err
-}
-
-func (h *storeHook) each(bucket []byte, fn func(v []byte) error) error {
-	err := h.db.View(func(tx *bbolt.Tx) error {
+// readBucket decodes every record of bucket (a mochi storage type).
+func readBucket[T any, P interface {
+	*T
+	encoding.BinaryUnmarshaler
+}](db *bbolt.DB, bucket []byte) ([]T, error) {
+	var out []T
+	err := db.View(func(tx *bbolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			if err := fn(v); err != nil {
+			var rec T
+			if err := P(&rec).UnmarshalBinary(v); err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
 			}
+			out = append(out, rec)
 			return nil
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("read bucket %s of %s: %w (the file is damaged; move it aside to start empty)", bucket, h.db.Path(), err)
+		return out, fmt.Errorf("read bucket %s of %s: %w (the file is damaged; move it aside to start empty)", bucket, db.Path(), err)
 	}
-	return nil
+	return out, nil
 }
 
 func (h *storeHook) clientRecord(cl *mqtt.Client) change {

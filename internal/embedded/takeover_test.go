@@ -118,12 +118,7 @@ func TestResumedSessionResendsInPublishOrder(t *testing.T) {
 			pub.Disconnect(100)
 
 			if restart {
-				if err := b.Release(); err != nil {
-					t.Fatal(err)
-				}
-				if b, err = Acquire(u); err != nil {
-					t.Fatal(err)
-				}
+				b = restartBroker(t, b, u)
 			}
 
 			got := newCollector()
