@@ -41,8 +41,6 @@ type Handlers struct {
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
 	// connection and a new attempt follows after the backoff.
 	OnConnect func(ctx context.Context, conn *Conn) error
-	// OnLost runs once when a ready connection is lost.
-	OnLost func(conn *Conn, err error)
 }
 
 // Options configure a Client beyond the user's Config.
@@ -228,14 +226,6 @@ func (c *Client) Current() *Conn {
 	return c.current
 }
 
-// Changed returns a channel that is closed at the next state change (a
-// connection becoming ready or being lost).
-func (c *Client) Changed() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.changed
-}
-
 // WaitReady waits, bounded by ctx, for a ready connection.
 func (c *Client) WaitReady(ctx context.Context) (*Conn, error) {
 	for {
@@ -314,13 +304,6 @@ func (c *Client) loop() {
 			c.setCurrent(nil)
 			if c.log != nil {
 				c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
-			}
-			lostErr := ErrNotConnected
-			if r := conn.dropReason(); r != nil {
-				lostErr = r
-			}
-			if c.h.OnLost != nil {
-				c.h.OnLost(conn, lostErr)
 			}
 			conn.paho.Disconnect(0)
 			if conn.dropReason() == nil {

@@ -11,11 +11,14 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
-// expectMarkerFirst publishes a marker and asserts it is the next message:
-// proof that nothing unacknowledged was left in the session.
-func expectMarkerFirst(t *testing.T, b *harness.Mosquitto, clientID string, topics []string, extra ...string) {
+// closeExpectMarkerFirst closes ti on the broker, reconnects as clientID,
+// publishes a marker and asserts it is the next message: proof that nothing
+// unacknowledged was left in the session.
+func (ti *testInput) closeExpectMarkerFirst(b *harness.Mosquitto, clientID string, topics []string, extra ...string) {
+	t := ti.t
 	t.Helper()
-	ti := openInput(t, inputYAML(b.URL(), clientID, topics, extra...))
+	ti.closeOnBroker(b, clientID)
+	ti = openInput(t, inputYAML(b.URL(), clientID, topics, extra...))
 	publish(t, b.URL(), "t/marker", "marker")
 	if got := ti.readAck(); got != "marker" {
 		t.Fatalf("first message after reconnect = %q, want the marker: a message was left unacknowledged", got)
@@ -44,17 +47,8 @@ func TestPubackOnlyAfterPipelineAckAndInReceiveOrder(t *testing.T) {
 	ti.closeOnBroker(b, "order") // A never acknowledged: B and C must wait behind it
 
 	ti = openInput(t, inputYAML(b.URL(), "order", topics))
-	for _, want := range []string{"A", "B", "C"} {
-		msg, ack := ti.read()
-		if got := body(msg); got != want {
-			t.Fatalf("after reconnect read %q, want %q (B and C must not have been acknowledged before A)", got, want)
-		}
-		if err := ack(context.Background(), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ti.closeOnBroker(b, "order")
-	expectMarkerFirst(t, b, "order", topics)
+	ti.readAckInOrder("after reconnect; B and C must not have been acknowledged before A", "A", "B", "C")
+	ti.closeExpectMarkerFirst(b, "order", topics)
 }
 
 // A rejected message is never acknowledged: the input delivers it again,
@@ -103,8 +97,7 @@ func TestRejectedMessageIsRetriedWithFreshHooks(t *testing.T) {
 	}
 	mu.Unlock()
 	ti.readNone(300 * time.Millisecond)
-	ti.closeOnBroker(b, "retry")
-	expectMarkerFirst(t, b, "retry", topics)
+	ti.closeExpectMarkerFirst(b, "retry", topics)
 }
 
 // A hook that fails on success turns the attempt into a failure: no PUBACK,
@@ -127,8 +120,7 @@ func TestFailingHookPreventsAck(t *testing.T) {
 		t.Fatalf("retry read %q", body(msg))
 	}
 	_ = ack(context.Background(), nil)
-	ti.closeOnBroker(b, "hookfail")
-	expectMarkerFirst(t, b, "hookfail", topics)
+	ti.closeExpectMarkerFirst(b, "hookfail", topics)
 }
 
 // The hooks run before the PUBACK: a hook that cuts the connection makes
@@ -161,6 +153,5 @@ func TestHooksRunBeforePuback(t *testing.T) {
 		t.Fatalf("mqtt_duplicate = %q: mosquitto marks its redelivery of an unacknowledged message", meta(msg, metaDuplicate))
 	}
 	_ = ack(context.Background(), nil)
-	ti.closeOnBroker(b, "hookorder")
-	expectMarkerFirst(t, b, "hookorder", topics)
+	ti.closeExpectMarkerFirst(b, "hookorder", topics)
 }

@@ -85,8 +85,7 @@ func TestIngressEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 	if n := acks.Count(); n != 1 {
 		t.Fatalf("%d ACKs published, want 1: malformed envelopes must never be acknowledged end to end", n)
 	}
-	ti.closeOnBroker(b, "ingress")
-	expectMarkerFirst(t, b, "ingress", topics, extra...)
+	ti.closeExpectMarkerFirst(b, "ingress", topics, extra...)
 }
 
 func TestDeliveryEnvelopeDecoded(t *testing.T) {
@@ -148,6 +147,5 @@ func TestAckPublishFailureLeavesSourceUnacked(t *testing.T) {
 	if !acks.WaitCount(1, 5*time.Second) {
 		t.Fatal("no ACK published after the connection came back")
 	}
-	ti.closeOnBroker(b, "ackfail")
-	expectMarkerFirst(t, b, "ackfail", topics, extra...)
+	ti.closeExpectMarkerFirst(b, "ackfail", topics, extra...)
 }

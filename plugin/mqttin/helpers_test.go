@@ -149,6 +149,18 @@ func (ti *testInput) readAck() string {
 	return body(msg)
 }
 
+// readAckInOrder reads and acknowledges one message per entry of want and
+// fails unless their bodies are want, in order; why says what the order
+// proves.
+func (ti *testInput) readAckInOrder(why string, want ...string) {
+	ti.t.Helper()
+	for _, w := range want {
+		if got := ti.readAck(); got != w {
+			ti.t.Fatalf("read %q, want %q (%s)", got, w, why)
+		}
+	}
+}
+
 func body(m *service.Message) string {
 	b, err := m.AsBytes()
 	if err != nil {

@@ -58,8 +58,7 @@ type connState struct {
 	held       []*delivery // unmatched messages kept unacknowledged during startup replay
 	replayOver bool        // the replay timeout passed (or replay never applies): ordinary routing
 	timer      *time.Timer
-	failed     bool // closed fail-closed; every later message is ignored
-	gone       bool // the connection is lost; its state is discarded
+	gone       bool // lost or closed fail-closed: every later message is ignored, its state is discarded
 }
 
 // complete marks e done and sends every ack that is now due, in order.
@@ -88,12 +87,11 @@ func (cs *connState) complete(e *ackEntry, m *metrics) {
 		// Ack outside the lock: paho may block briefly while its writer is
 		// busy. On a lost connection the ack goes nowhere, on purpose: the
 		// broker redelivers the message on the next connection.
-		alive := cs.conn.Alive()
-		for _, d := range due {
-			if alive {
+		if cs.conn.Alive() {
+			for _, d := range due {
 				d.msg.Ack()
-				m.acked.Incr(1)
 			}
+			m.acked.Incr(int64(len(due)))
 		}
 		cs.mu.Lock()
 		for _, d := range due {
@@ -120,7 +118,6 @@ type inbox struct {
 	qos0         int         // QoS 0 messages in queue
 	qos0Retrying int         // QoS 0 messages in retries
 	retries      []*delivery // rejected, waiting for their due time
-	held         int         // held messages across connections (gauge)
 	conns        map[*mqttclient.Conn]*connState
 	wake         chan struct{} // closed and replaced when Read may have work
 	closed       bool
@@ -170,10 +167,9 @@ func (in *inbox) watch(cs *connState) {
 	if cs.timer != nil {
 		cs.timer.Stop()
 	}
-	in.held -= len(cs.held)
-	in.m.held.Set(int64(in.held))
 	cs.held = nil
 	delete(in.conns, cs.conn)
+	in.setHeldGauge()
 	in.queue = dropConn(in.queue, cs)
 	in.retries = dropConn(in.retries, cs)
 	in.setQueueGauges()
@@ -201,7 +197,7 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 		return // not acknowledged: the broker keeps it for the next session
 	}
 	cs := in.stateFor(conn)
-	if cs.failed || cs.gone {
+	if cs.gone {
 		in.mu.Unlock()
 		return
 	}
@@ -265,8 +261,7 @@ func (in *inbox) hold(cs *connState, d *delivery) {
 		return
 	}
 	cs.held = append(cs.held, d)
-	in.held++
-	in.m.held.Set(int64(in.held))
+	in.setHeldGauge()
 	in.m.heldTotal.Incr(1)
 	if cs.timer == nil {
 		// Measured from the first held message and never extended.
@@ -278,14 +273,13 @@ func (in *inbox) hold(cs *connState, d *delivery) {
 // session_replay_buffer_size, acknowledging nothing: the messages stay in
 // the broker's session. Caller holds mu.
 func (in *inbox) failClosed(cs *connState, d *delivery) {
-	cs.failed = true
+	cs.gone = true
 	if cs.timer != nil {
 		cs.timer.Stop()
 	}
-	in.held -= len(cs.held)
-	in.m.held.Set(int64(in.held))
 	n := len(cs.held)
 	cs.held = nil
+	in.setHeldGauge()
 	in.m.replayOverflows.Incr(1)
 	err := fmt.Errorf("startup replay overflow: more than session_replay_buffer_size (%d) messages of the resumed session of client %q match none of topics %v (the latest on %q); closing the connection without acknowledging any of them, so they stay queued at the broker. Add the topics they belong to, raise session_replay_buffer_size (0 = unbounded), or clear the old subscriptions of this session",
 		in.s.replayBufferSize, in.s.client.ClientID, in.s.topics, d.msg.Topic())
@@ -299,15 +293,14 @@ func (in *inbox) failClosed(cs *connState, d *delivery) {
 // connection switches to ordinary routing.
 func (in *inbox) endReplay(cs *connState) {
 	in.mu.Lock()
-	if cs.gone || cs.failed {
+	if cs.gone {
 		in.mu.Unlock()
 		return
 	}
 	cs.replayOver = true
 	dropped := cs.held
 	cs.held = nil
-	in.held -= len(dropped)
-	in.m.held.Set(int64(in.held))
+	in.setHeldGauge()
 	in.mu.Unlock()
 	if len(dropped) == 0 {
 		return
@@ -421,6 +414,16 @@ func (in *inbox) next(now time.Time) (*delivery, <-chan struct{}, time.Time, boo
 		return d, nil, time.Time{}, false
 	}
 	return nil, in.wake, nextDue, false
+}
+
+// setHeldGauge reports the messages held now across connections. Caller
+// holds mu.
+func (in *inbox) setHeldGauge() {
+	n := 0
+	for _, cs := range in.conns {
+		n += len(cs.held)
+	}
+	in.m.held.Set(int64(n))
 }
 
 // setQueueGauges reports the queue split at receive_buffer_size: up to it

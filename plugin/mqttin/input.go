@@ -284,7 +284,7 @@ type input struct {
 	client *mqttclient.Client
 	closed bool
 
-	acking sync.WaitGroup // AckFuncs in progress; Close waits for them (bounded)
+	acking sync.WaitGroup // AckFuncs begun before Close; Close waits for them (bounded). Add only via beginAck
 }
 
 func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error) {
@@ -427,13 +427,28 @@ func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
 	var once sync.Once
 	ack := func(ctx context.Context, result error) error {
 		once.Do(func() {
-			i.acking.Add(1)
-			defer i.acking.Done()
+			if i.beginAck() {
+				defer i.acking.Done()
+			}
 			i.settle(ctx, d, hooks, result)
 		})
 		return nil
 	}
 	return msg, ack
+}
+
+// beginAck counts an acknowledgement in progress, for Close to wait on.
+// Once Close has begun it counts nothing and returns false: the ack still
+// settles, but nothing waits for it, so no acking.Add races with Close's
+// acking.Wait.
+func (i *input) beginAck() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return false
+	}
+	i.acking.Add(1)
+	return true
 }
 
 // settle runs the hooks, then (on success) the end-to-end ACK, then the

@@ -35,13 +35,8 @@ func TestOfflineMessagesReplayedOnResume(t *testing.T) {
 	publish(t, b.URL(), "a/x", numbered("m", 5)...)
 
 	ti := openInput(t, inputYAML(b.URL(), "resume", topics))
-	for _, want := range numbered("m", 5) {
-		if got := ti.readAck(); got != want {
-			t.Fatalf("read %q, want %q (offline messages in order)", got, want)
-		}
-	}
-	ti.closeOnBroker(b, "resume")
-	expectMarkerFirst(t, b, "resume", topics)
+	ti.readAckInOrder("offline messages in order", numbered("m", 5)...)
+	ti.closeExpectMarkerFirst(b, "resume", topics)
 }
 
 func TestReplayedMessageUnderFailingOutputComesBackAfterReconnect(t *testing.T) {
@@ -64,8 +59,7 @@ func TestReplayedMessageUnderFailingOutputComesBackAfterReconnect(t *testing.T) 
 	if got := ti.readAck(); got != "offline" {
 		t.Fatalf("after reconnect read %q, want the message the failing output never took", got)
 	}
-	ti.closeOnBroker(b, "failing")
-	expectMarkerFirst(t, b, "failing", topics)
+	ti.closeExpectMarkerFirst(b, "failing", topics)
 }
 
 // Replay never bypasses receive_buffer_size: messages beyond it wait,
@@ -82,21 +76,12 @@ func TestReplayBeyondReceiveBufferStaysUnacked(t *testing.T) {
 		defer ti.in.in.mu.Unlock()
 		return len(ti.in.in.queue) == 10
 	})
-	for _, want := range numbered("m", 3) {
-		if got := ti.readAck(); got != want {
-			t.Fatalf("read %q, want %q", got, want)
-		}
-	}
+	ti.readAckInOrder("replayed messages in order", numbered("m", 3)...)
 	ti.closeOnBroker(b, "rbuf")
 
 	ti = openInput(t, inputYAML(b.URL(), "rbuf", topics, "receive_buffer_size: 2"))
-	for _, want := range numbered("m", 10)[3:] {
-		if got := ti.readAck(); got != want {
-			t.Fatalf("after reconnect read %q, want %q: messages waiting beyond receive_buffer_size must stay unacknowledged", got, want)
-		}
-	}
-	ti.closeOnBroker(b, "rbuf")
-	expectMarkerFirst(t, b, "rbuf", topics)
+	ti.readAckInOrder("after reconnect; messages waiting beyond receive_buffer_size must stay unacknowledged", numbered("m", 10)[3:]...)
+	ti.closeExpectMarkerFirst(b, "rbuf", topics)
 }
 
 // More unmatched held messages than session_replay_buffer_size close the
@@ -115,13 +100,8 @@ func TestReplayOverflowFailsClosed(t *testing.T) {
 	ti.closeOnBroker(b, "overflow")
 
 	ti = openInput(t, inputYAML(b.URL(), "overflow", []string{"a/#", "b/#", "t/#"}))
-	for _, want := range numbered("old", 5) {
-		if got := ti.readAck(); got != want {
-			t.Fatalf("read %q, want %q: the overflow must not acknowledge anything", got, want)
-		}
-	}
-	ti.closeOnBroker(b, "overflow")
-	expectMarkerFirst(t, b, "overflow", []string{"a/#", "b/#", "t/#"})
+	ti.readAckInOrder("the overflow must not acknowledge anything", numbered("old", 5)...)
+	ti.closeExpectMarkerFirst(b, "overflow", []string{"a/#", "b/#", "t/#"})
 }
 
 // At session_replay_timeout held messages are dropped locally without ack
@@ -150,6 +130,5 @@ func TestReplayTimeoutDropsWithoutAckAndRedeliversOnNextResume(t *testing.T) {
 	if got := ti.readAck(); got != "held" {
 		t.Fatalf("read %q, want the held message, dropped without ack, redelivered", got)
 	}
-	ti.closeOnBroker(b, "timeout")
-	expectMarkerFirst(t, b, "timeout", all)
+	ti.closeExpectMarkerFirst(b, "timeout", all)
 }
