@@ -18,23 +18,8 @@ import (
 func BenchmarkApply(b *testing.B) {
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
-			var be backend
-			if name == "postgres" {
-				be = postgresBackend(harness.StartPostgres(b))
-			} else {
-				be = sqliteBackend()
-			}
+			be, s := benchStore(b, name)
 			ctx := context.Background()
-			s, err := Open(ctx, Config{Driver: be.driver, DSN: be.newDSN(b), Table: "ledger"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			for _, q := range []string{`CREATE TABLE counter (value INTEGER NOT NULL)`, `INSERT INTO counter (value) VALUES (0)`} {
-				if _, err := s.DB().ExecContext(ctx, q); err != nil {
-					b.Fatal(err)
-				}
-			}
 			st := []Exec{incr(be, 1)}
 			var next atomic.Int64
 			// RunParallel starts parallelism × GOMAXPROCS goroutines.
@@ -61,23 +46,8 @@ func BenchmarkApplyBatch(b *testing.B) {
 	const size = 64
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
-			var be backend
-			if name == "postgres" {
-				be = postgresBackend(harness.StartPostgres(b))
-			} else {
-				be = sqliteBackend()
-			}
+			be, s := benchStore(b, name)
 			ctx := context.Background()
-			s, err := Open(ctx, Config{Driver: be.driver, DSN: be.newDSN(b), Table: "ledger"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			for _, q := range []string{`CREATE TABLE counter (value INTEGER NOT NULL)`, `INSERT INTO counter (value) VALUES (0)`} {
-				if _, err := s.DB().ExecContext(ctx, q); err != nil {
-					b.Fatal(err)
-				}
-			}
 			st := []Exec{incr(be, 1)}
 			n := 0
 			b.ResetTimer()
@@ -95,4 +65,14 @@ func BenchmarkApplyBatch(b *testing.B) {
 			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
 		})
 	}
+}
+
+// benchStore opens a fresh ledger with the counter table on the named
+// backend.
+func benchStore(b *testing.B, name string) (backend, *Store) {
+	be := sqliteBackend()
+	if name == "postgres" {
+		be = postgresBackend(harness.StartPostgres(b))
+	}
+	return be, newStore(b, be, nil)
 }

@@ -70,14 +70,14 @@ func TestStore(t *testing.T) {
 	t.Run("UnreachablePostgresFailsFastWithRedactedDSN", testUnreachablePostgres)
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // open opens a store on dsn with a counter table holding one row of 0.
-func open(t *testing.T, b backend, dsn string, tweak func(*Config)) *Store {
+func open(t testing.TB, b backend, dsn string, tweak func(*Config)) *Store {
 	t.Helper()
 	c := Config{Driver: b.driver, DSN: dsn, Table: "ledger"}
 	if tweak != nil {
@@ -91,7 +91,7 @@ func open(t *testing.T, b backend, dsn string, tweak func(*Config)) *Store {
 	return s
 }
 
-func newStore(t *testing.T, b backend, tweak func(*Config)) *Store {
+func newStore(t testing.TB, b backend, tweak func(*Config)) *Store {
 	t.Helper()
 	s := open(t, b, b.newDSN(t), tweak)
 	exec(t, s, `CREATE TABLE counter (value INTEGER NOT NULL)`)
@@ -99,7 +99,7 @@ func newStore(t *testing.T, b backend, tweak func(*Config)) *Store {
 	return s
 }
 
-func exec(t *testing.T, s *Store, q string, args ...any) {
+func exec(t testing.TB, s *Store, q string, args ...any) {
 	t.Helper()
 	if _, err := s.DB().ExecContext(testCtx(t), q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)

@@ -52,7 +52,11 @@ func benchPipelineTo(b *testing.B, processors, output string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = st.Stop(ctx)
-		<-done
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			b.Error("stream did not stop within 10s")
+		}
 	}()
 
 	const senders = 64

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -194,5 +193,3 @@ func countOf(payloads [][]byte, want string) int {
 	}
 	return n
 }
-
-var _ = fmt.Sprintf

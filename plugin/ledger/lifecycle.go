@@ -2,12 +2,10 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -20,13 +18,8 @@ import (
 // processor is one pipeline thread's dedup_ledger. Benthos builds one per
 // thread; they share the file's *ledger.Ledger and so its claims.
 type processor struct {
-	s   settings
-	l   *ledger.Ledger
-	log *service.Logger
-	m   *metrics
-
-	closeOnce sync.Once // Benthos may call Close more than once
-	closeErr  error
+	common
+	l *ledger.Ledger
 }
 
 func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processor, error) {
@@ -44,7 +37,7 @@ func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processo
 	if err != nil {
 		return nil, err
 	}
-	p := &processor{s: s, l: l, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}
+	p := &processor{common: common{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}, l: l}
 	p.m.keys.Set(l.Stats().Keys)
 	return p, nil
 }
@@ -116,26 +109,25 @@ var errNoCommitPath = errors.New("dedup_ledger (commit: auto) cannot record this
 // ProcessBatch checks every message of the batch against the ledger.
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
 	out := make(service.MessageBatch, 0, len(batch))
-	type seen struct{ hash [32]byte }
-	inBatch := map[ledger.Key]seen{}
+	inBatch := map[ledger.Key][32]byte{} // passed keys and their hashes
 	for i, msg := range batch {
-		key, err := p.keyOf(batch, i)
+		ns, id, err := p.keyOf(batch, i)
 		if err != nil {
 			out = append(out, p.fail(msg, err))
 			continue
 		}
-		payload, err := msg.AsBytes()
+		key := ledger.Key{Namespace: ns, ID: id}
+		hash, err := hashOf(msg, key)
 		if err != nil {
-			out = append(out, p.fail(msg, fmt.Errorf("dedup key %s: reading payload: %w", key, err)))
+			out = append(out, p.fail(msg, err))
 			continue
 		}
-		hash := sha256.Sum256(payload)
 
 		// A copy of a key an earlier message of this batch claimed: the
 		// batch is acknowledged or retried as one, so waiting for that
 		// claim would wait for ourselves.
 		if earlier, ok := inBatch[key]; ok {
-			if earlier.hash != hash {
+			if earlier != hash {
 				out = append(out, p.conflict(msg, key))
 			} else if m := p.duplicate(msg, key, hash); m != nil {
 				out = append(out, m)
@@ -165,7 +157,7 @@ func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch
 			out = append(out, p.fail(msg, err))
 			continue
 		}
-		inBatch[key] = seen{hash}
+		inBatch[key] = hash
 		out = append(out, m)
 	}
 	p.m.keys.Set(p.l.Stats().Keys)
@@ -173,29 +165,6 @@ func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch
 		return nil, nil
 	}
 	return []service.MessageBatch{out}, nil
-}
-
-// keyOf evaluates namespace and key. An empty key, or "null" — what a
-// missing metadata key interpolates to — is an error: accepting it would
-// deduplicate every keyless message under one key.
-func (p *processor) keyOf(batch service.MessageBatch, i int) (ledger.Key, error) {
-	id, err := batch.TryInterpolatedString(i, p.s.key)
-	if err != nil {
-		return ledger.Key{}, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
-	}
-	if id == "" || id == "null" {
-		return ledger.Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
-	}
-	var ns string
-	if p.s.namespace != nil {
-		if ns, err = batch.TryInterpolatedString(i, p.s.namespace); err != nil {
-			return ledger.Key{}, fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
-		}
-		if ns == "null" {
-			return ledger.Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
-		}
-	}
-	return ledger.Key{Namespace: ns, ID: id}, nil
 }
 
 // pass lets a claimed message through and arranges for its key to be
@@ -261,62 +230,36 @@ func (p *processor) onDelivered(claim *ledger.Claim) commit.DeliveryHook {
 // duplicate drops msg, or flags it; a flagged copy carries a participant
 // that stops a writer on the ledger's file from storing it again.
 func (p *processor) duplicate(msg *service.Message, key ledger.Key, hash [32]byte) *service.Message {
-	p.m.duplicates.Incr(1)
-	if !p.s.flag {
-		p.log.Debugf("Dropping duplicate of dedup key %s", key)
-		return nil
+	if p.s.flag {
+		skip := p.l.SkipIfApplied(key, hash)
+		msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
+			Path: p.l.Path(),
+			Run: func(tx *bolt.Tx) error {
+				if err := skip(tx); errors.Is(err, ledger.ErrApplied) {
+					return commit.ErrAlreadyApplied
+				} else {
+					return err
+				}
+			},
+		}))
 	}
-	skip := p.l.SkipIfApplied(key, hash)
-	msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
-		Path: p.l.Path(),
-		Run: func(tx *bolt.Tx) error {
-			if err := skip(tx); errors.Is(err, ledger.ErrApplied) {
-				return commit.ErrAlreadyApplied
-			} else {
-				return err
-			}
-		},
-	}))
-	msg.MetaSetMut(metaDuplicate, true)
-	return msg
-}
-
-// conflict flags a copy whose payload differs from the applied one.
-func (p *processor) conflict(msg *service.Message, key ledger.Key) *service.Message {
-	p.m.conflicts.Incr(1)
-	p.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true", key, metaConflict)
-	msg.MetaSetMut(metaConflict, true)
-	return msg
+	return p.common.duplicate(msg, key)
 }
 
 // fail flags msg with err, and makes a writer on the ledger's file refuse
 // it, so a message the ledger could not check is never enqueued unchecked.
 func (p *processor) fail(msg *service.Message, err error) *service.Message {
-	p.m.errors.Incr(1)
-	p.log.Errorf("%v", err)
 	msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
 		Path: p.l.Path(),
 		Run: func(*bolt.Tx) error {
 			return fmt.Errorf("dedup_ledger failed for this message, so it is not stored: %w", err)
 		},
 	}))
-	msg.SetError(err)
-	return msg
+	return p.common.fail(msg, err)
 }
 
-// Close releases this thread's share of the ledger. Benthos gives Close a
-// context without deadline; the ledger bounds its own wait.
+// Close releases this thread's share of the ledger; the ledger bounds its
+// own wait too.
 func (p *processor) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() {
-		done := make(chan error, 1)
-		go func() { done <- p.l.Close() }()
-		select {
-		case p.closeErr = <-done:
-		case <-ctx.Done():
-			p.closeErr = ctx.Err()
-		case <-time.After(15 * time.Second):
-			p.closeErr = fmt.Errorf("closing dedup ledger %s: timed out", p.l.Path())
-		}
-	})
-	return p.closeErr
+	return p.closeOnceWithin(ctx, 15*time.Second, "dedup ledger "+p.l.Path(), p.l.Close)
 }

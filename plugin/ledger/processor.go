@@ -4,6 +4,10 @@
 package ledger
 
 import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -184,4 +188,97 @@ type settings struct {
 	immediate   bool
 	waitTimeout time.Duration
 	sql         *sqlSettings // nil for the bbolt store
+}
+
+// common is what the bbolt and the SQL processor share: the settings, how
+// a message's key and payload hash are evaluated, what happens to a copy
+// that does not pass (duplicate, conflict, failure) with its metrics, and
+// a bounded Close.
+type common struct {
+	s   settings
+	log *service.Logger
+	m   *metrics
+
+	closeOnce sync.Once // Benthos may call Close more than once
+	closeErr  error
+}
+
+// keyOf evaluates namespace and key of message i. An empty key, or "null"
+// — what a missing metadata key interpolates to — is an error: accepting
+// it would deduplicate every keyless message under one key.
+func (c *common) keyOf(batch service.MessageBatch, i int) (ns, id string, err error) {
+	if id, err = batch.TryInterpolatedString(i, c.s.key); err != nil {
+		return "", "", fmt.Errorf("dedup_ledger: evaluating key: %w", err)
+	}
+	if id == "" || id == "null" {
+		return "", "", fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
+	}
+	if c.s.namespace != nil {
+		if ns, err = batch.TryInterpolatedString(i, c.s.namespace); err != nil {
+			return "", "", fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
+		}
+		if ns == "null" {
+			return "", "", fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
+		}
+	}
+	return ns, id, nil
+}
+
+// hashOf returns the SHA-256 of msg's payload, which the ledger stores to
+// tell a duplicate from a conflict.
+func hashOf(msg *service.Message, key fmt.Stringer) ([32]byte, error) {
+	payload, err := msg.AsBytes()
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("dedup key %s: reading payload: %w", key, err)
+	}
+	return sha256.Sum256(payload), nil
+}
+
+// duplicate counts a copy of an applied key and drops it (nil), or with
+// on_duplicate: flag passes it with metadata dedup_duplicate.
+func (c *common) duplicate(msg *service.Message, key fmt.Stringer) *service.Message {
+	c.m.duplicates.Incr(1)
+	if !c.s.flag {
+		c.log.Debugf("Dropping duplicate of dedup key %s", key)
+		return nil
+	}
+	msg.MetaSetMut(metaDuplicate, true)
+	return msg
+}
+
+// conflict flags a copy whose payload differs from the applied one.
+func (c *common) conflict(msg *service.Message, key fmt.Stringer) *service.Message {
+	c.m.conflicts.Incr(1)
+	note := ""
+	if c.s.sql != nil && len(c.s.sql.apply) > 0 {
+		note = " (its apply statements did not run)"
+	}
+	c.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true%s", key, metaConflict, note)
+	msg.MetaSetMut(metaConflict, true)
+	return msg
+}
+
+// fail flags msg with err, like any processor error.
+func (c *common) fail(msg *service.Message, err error) *service.Message {
+	c.m.errors.Incr(1)
+	c.log.Errorf("%v", err)
+	msg.SetError(err)
+	return msg
+}
+
+// closeOnceWithin runs release once and waits for it at most limit: Benthos
+// gives Close a context without deadline.
+func (c *common) closeOnceWithin(ctx context.Context, limit time.Duration, what string, release func() error) error {
+	c.closeOnce.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- release() }()
+		select {
+		case c.closeErr = <-done:
+		case <-ctx.Done():
+			c.closeErr = ctx.Err()
+		case <-time.After(limit):
+			c.closeErr = fmt.Errorf("closing %s: timed out after %s", what, limit)
+		}
+	})
+	return c.closeErr
 }

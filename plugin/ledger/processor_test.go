@@ -83,6 +83,17 @@ func (r *relay) lookup(t *testing.T, id string) bool {
 	return applied
 }
 
+// rejectIfFail is a relay output that rejects messages with metadata
+// fail: yes ("destination is down") and stores the rest in the outbox.
+const rejectIfFail = `
+switch:
+  cases:
+    - check: meta("fail") == "yes"
+      output:
+        reject: "destination is down"
+    - output:
+        OUTBOX`
+
 func TestRelayEnqueuesEachEventIDOnce(t *testing.T) {
 	r := startRelay(t, "", "")
 	if res, hookErr := r.deliver(`{"delta":1}`, "event_id", "batch-42"); res != nil || hookErr != nil {
@@ -113,14 +124,7 @@ func TestRelayEnqueuesEachEventIDOnce(t *testing.T) {
 }
 
 func TestFailedOutputDoesNotApplyKeyAndRetryPasses(t *testing.T) {
-	r := startRelay(t, "", `
-switch:
-  cases:
-    - check: meta("fail") == "yes"
-      output:
-        reject: "destination is down"
-    - output:
-        OUTBOX`)
+	r := startRelay(t, "", rejectIfFail)
 	res, hookErr := r.deliver("p1", "event_id", "e1", "fail", "yes")
 	if res == nil || !strings.Contains(res.Error(), "destination is down") {
 		t.Fatalf("want the output's failure, got %v", res)
@@ -185,14 +189,7 @@ func TestAutoWithoutCommitPathFailsWithHowToFix(t *testing.T) {
 }
 
 func TestImmediateModeDropsCopiesAndLosesRetryOfFailedOutput(t *testing.T) {
-	r := startRelay(t, "  commit: immediate\n", `
-switch:
-  cases:
-    - check: meta("fail") == "yes"
-      output:
-        reject: "destination is down"
-    - output:
-        OUTBOX`)
+	r := startRelay(t, "  commit: immediate\n", rejectIfFail)
 	// No hooks needed.
 	if err := r.sendPlain("p1", "event_id", "e1"); err != nil {
 		t.Fatal(err)

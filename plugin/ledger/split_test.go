@@ -63,7 +63,11 @@ reliable_mqtt_out:
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	_ = st.Stop(sctx)
-	<-done
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream did not stop within 10s; the file is still open")
+	}
 
 	ob, err := outbox.Open(path, outbox.Options{})
 	if err != nil {

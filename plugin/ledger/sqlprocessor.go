@@ -3,7 +3,6 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -32,13 +30,8 @@ import (
 //   - without apply: like the bbolt store — claim in the processor, record
 //     the key in the delivery hook when the pipeline acks, release on nack.
 type sqlProcessor struct {
-	s   settings
-	sh  *sharedStore
-	log *service.Logger
-	m   *metrics
-
-	closeOnce sync.Once
-	closeErr  error
+	common
+	sh *sharedStore
 }
 
 func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlProcessor, error) {
@@ -59,7 +52,7 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 	if err != nil {
 		return nil, err
 	}
-	return &sqlProcessor{s: s, sh: sh, log: log, m: m}, nil
+	return &sqlProcessor{common: common{s: s, log: log, m: m}, sh: sh}, nil
 }
 
 // ProcessBatch checks and (with apply) commits every message of the batch.
@@ -128,11 +121,7 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 // entryFor evaluates the key, the payload hash and every statement's
 // arguments of message i.
 func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.Entry, error) {
-	key, err := p.keyOf(batch, i)
-	if err != nil {
-		return sqlledger.Entry{}, err
-	}
-	hash, err := hashOf(batch[i], key)
+	key, hash, err := p.keyAndHash(batch, i)
 	if err != nil {
 		return sqlledger.Entry{}, err
 	}
@@ -146,7 +135,7 @@ func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.En
 		}
 		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: args})
 	}
-	return sqlledger.Entry{Key: key, Hash: hash, Stmts: stmts}, nil
+	return sqlledger.Entry{Key: key, Hash: hash[:], Stmts: stmts}, nil
 }
 
 // argsOf runs a statement's args_mapping; its result must be an array of
@@ -190,14 +179,9 @@ func (p *sqlProcessor) argsOf(batch service.MessageBatch, i int, st applyStmt) (
 // pipeline acknowledges the message (or at once with commit: immediate).
 func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
 	out := make(service.MessageBatch, 0, len(batch))
-	inBatch := map[sqlledger.Key][]byte{}
+	inBatch := map[sqlledger.Key][32]byte{} // passed keys and their hashes
 	for i, msg := range batch {
-		key, err := p.keyOf(batch, i)
-		if err != nil {
-			out = append(out, p.fail(msg, err))
-			continue
-		}
-		hash, err := hashOf(msg, key)
+		key, hash, err := p.keyAndHash(batch, i)
 		if err != nil {
 			out = append(out, p.fail(msg, err))
 			continue
@@ -205,14 +189,14 @@ func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatc
 		// Copies inside one batch share its fate: waiting would wait for
 		// ourselves.
 		if earlier, ok := inBatch[key]; ok {
-			if !bytes.Equal(earlier, hash) {
+			if earlier != hash {
 				out = append(out, p.conflict(msg, key))
 			} else if m := p.duplicate(msg, key); m != nil {
 				out = append(out, m)
 			}
 			continue
 		}
-		claim, v, err := p.sh.claim(ctx, key, hash, p.s.waitTimeout)
+		claim, v, err := p.sh.claim(ctx, key, hash[:], p.s.waitTimeout)
 		switch {
 		case err != nil:
 			out = append(out, p.fail(msg, fmt.Errorf("dedup_ledger: checking key %s: %w", key, err)))
@@ -226,7 +210,7 @@ func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatc
 			out = append(out, p.conflict(msg, key))
 			continue
 		}
-		if err := p.arrangeRecord(ctx, msg, claim, hash); err != nil {
+		if err := p.arrangeRecord(ctx, msg, claim, hash[:]); err != nil {
 			claim.settle()
 			p.m.releases.Incr(1)
 			out = append(out, p.fail(msg, err))
@@ -293,74 +277,19 @@ func mkdirForSQLite(c sqlledger.Config) error {
 	return nil
 }
 
-func hashOf(msg *service.Message, key sqlledger.Key) ([]byte, error) {
-	payload, err := msg.AsBytes()
+// keyAndHash evaluates the key and the payload hash of message i.
+func (p *sqlProcessor) keyAndHash(batch service.MessageBatch, i int) (sqlledger.Key, [32]byte, error) {
+	ns, id, err := p.keyOf(batch, i)
 	if err != nil {
-		return nil, fmt.Errorf("dedup key %s: reading payload: %w", key, err)
+		return sqlledger.Key{}, [32]byte{}, err
 	}
-	h := sha256.Sum256(payload)
-	return h[:], nil
-}
-
-// keyOf evaluates namespace and key; see processor.keyOf for why empty
-// and "null" keys fail.
-func (p *sqlProcessor) keyOf(batch service.MessageBatch, i int) (sqlledger.Key, error) {
-	id, err := batch.TryInterpolatedString(i, p.s.key)
-	if err != nil {
-		return sqlledger.Key{}, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
-	}
-	if id == "" || id == "null" {
-		return sqlledger.Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
-	}
-	var ns string
-	if p.s.namespace != nil {
-		if ns, err = batch.TryInterpolatedString(i, p.s.namespace); err != nil {
-			return sqlledger.Key{}, fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
-		}
-		if ns == "null" {
-			return sqlledger.Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
-		}
-	}
-	return sqlledger.Key{Namespace: ns, Key: id}, nil
-}
-
-func (p *sqlProcessor) duplicate(msg *service.Message, key sqlledger.Key) *service.Message {
-	p.m.duplicates.Incr(1)
-	if !p.s.flag {
-		p.log.Debugf("Dropping duplicate of dedup key %s", key)
-		return nil
-	}
-	msg.MetaSetMut(metaDuplicate, true)
-	return msg
-}
-
-func (p *sqlProcessor) conflict(msg *service.Message, key sqlledger.Key) *service.Message {
-	p.m.conflicts.Incr(1)
-	p.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true (its apply statements did not run)", key, metaConflict)
-	msg.MetaSetMut(metaConflict, true)
-	return msg
-}
-
-func (p *sqlProcessor) fail(msg *service.Message, err error) *service.Message {
-	p.m.errors.Incr(1)
-	p.log.Errorf("%v", err)
-	msg.SetError(err)
-	return msg
+	key := sqlledger.Key{Namespace: ns, Key: id}
+	hash, err := hashOf(batch[i], key)
+	return key, hash, err
 }
 
 // Close gives back this thread's share of the store; the last one closes
 // the pool (bounded inside release).
 func (p *sqlProcessor) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() {
-		done := make(chan error, 1)
-		go func() { done <- p.sh.release() }()
-		select {
-		case p.closeErr = <-done:
-		case <-ctx.Done():
-			p.closeErr = ctx.Err()
-		case <-time.After(20 * time.Second):
-			p.closeErr = errors.New("closing the SQL dedup ledger: timed out")
-		}
-	})
-	return p.closeErr
+	return p.closeOnceWithin(ctx, 20*time.Second, "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.release)
 }

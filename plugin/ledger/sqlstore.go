@@ -290,8 +290,7 @@ var errSQLInFlight = errors.New("another copy of this key is still in flight")
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
 func (sh *sharedStore) claim(ctx context.Context, key sqlledger.Key, hash []byte, wait time.Duration) (*sqlClaim, verdict, error) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var timeout <-chan time.Time // started only if a copy is in flight
 	for {
 		sh.mu.Lock()
 		other := sh.claims[key]
@@ -314,9 +313,14 @@ func (sh *sharedStore) claim(ctx context.Context, key sqlledger.Key, hash []byte
 			return c, verdictNew, nil
 		}
 		sh.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-other.done: // committed or released: look again
-		case <-timer.C:
+		case <-timeout:
 			return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, errSQLInFlight, wait)
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
