@@ -275,7 +275,7 @@ func (c *Client) Close(ctx context.Context) error {
 
 func (c *Client) loop() {
 	defer close(c.done)
-	delay := c.cfg.ReconnectInitial
+	delay := c.cfg.Reconnect.Initial
 	for {
 		select {
 		case <-c.closing:
@@ -292,7 +292,7 @@ func (c *Client) loop() {
 			case <-c.closing:
 				return
 			}
-			delay = min(delay*2, c.cfg.ReconnectMax)
+			delay = c.cfg.Reconnect.Next(delay)
 			continue
 		}
 		c.setCurrent(conn)
@@ -307,7 +307,7 @@ func (c *Client) loop() {
 			}
 			conn.paho.Disconnect(0)
 			if conn.dropReason() == nil {
-				delay = c.cfg.ReconnectInitial
+				delay = c.cfg.Reconnect.Initial
 				continue
 			}
 			// A dropped connection counts as a failed attempt: back off.
@@ -316,7 +316,7 @@ func (c *Client) loop() {
 			case <-c.closing:
 				return
 			}
-			delay = min(delay*2, c.cfg.ReconnectMax)
+			delay = c.cfg.Reconnect.Next(delay)
 		case <-c.closing:
 			c.setCurrent(nil)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.

@@ -16,12 +16,11 @@ import (
 
 func config(urls ...string) mqttclient.Config {
 	return mqttclient.Config{
-		URLs:             urls,
-		ClientID:         "mqttclient-test",
-		KeepAlive:        5 * time.Second,
-		ConnectTimeout:   2 * time.Second,
-		ReconnectInitial: 20 * time.Millisecond,
-		ReconnectMax:     200 * time.Millisecond,
+		URLs:           urls,
+		ClientID:       "mqttclient-test",
+		KeepAlive:      5 * time.Second,
+		ConnectTimeout: 2 * time.Second,
+		Reconnect:      mqttclient.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
 }
 
@@ -184,7 +183,7 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 		"has scheme \"http\"":     func(c *mqttclient.Config) { c.URLs = []string{"http://x"} },
 		"will.topic":              func(c *mqttclient.Config) { c.Will = &mqttclient.Will{} },
 		"connect_timeout":         func(c *mqttclient.Config) { c.ConnectTimeout = 0 },
-		"reconnect_backoff":       func(c *mqttclient.Config) { c.ReconnectMax = time.Millisecond },
+		"reconnect_backoff":       func(c *mqttclient.Config) { c.Reconnect.Max = time.Millisecond },
 	}
 	for want, mutate := range cases {
 		c := config("tcp://127.0.0.1:1883")

@@ -13,22 +13,20 @@ import (
 // Field names shared by every MQTT component of reliable-mqtt. They match the
 // names of Benthos's own MQTT components where one exists.
 const (
-	FieldURLs             = "urls"
-	FieldClientID         = "client_id"
-	FieldUser             = "user"
-	FieldPassword         = "password"
-	FieldTLS              = "tls"
-	FieldKeepAlive        = "keepalive"
-	FieldConnectTimeout   = "connect_timeout"
-	FieldWill             = "will"
-	FieldWillEnabled      = "enabled"
-	FieldWillTopic        = "topic"
-	FieldWillPayload      = "payload"
-	FieldWillQoS          = "qos"
-	FieldWillRetained     = "retained"
-	FieldReconnect        = "reconnect_backoff"
-	FieldReconnectInitial = "initial_interval"
-	FieldReconnectMax     = "max_interval"
+	FieldURLs           = "urls"
+	FieldClientID       = "client_id"
+	FieldUser           = "user"
+	FieldPassword       = "password"
+	FieldTLS            = "tls"
+	FieldKeepAlive      = "keepalive"
+	FieldConnectTimeout = "connect_timeout"
+	FieldWill           = "will"
+	FieldWillEnabled    = "enabled"
+	FieldWillTopic      = "topic"
+	FieldWillPayload    = "payload"
+	FieldWillQoS        = "qos"
+	FieldWillRetained   = "retained"
+	FieldReconnect      = "reconnect_backoff"
 )
 
 // Will is the last-will message the broker publishes if the connection dies
@@ -50,11 +48,10 @@ type Config struct {
 	KeepAlive      time.Duration
 	ConnectTimeout time.Duration
 	Will           *Will
-	// ReconnectInitial and ReconnectMax bound the exponential delay between
-	// connection attempts; the client never gives up on its own.
-	ReconnectInitial time.Duration
-	ReconnectMax     time.Duration
-	CleanSession     bool
+	// Reconnect is the delay between connection attempts; the client never
+	// gives up on its own.
+	Reconnect    Backoff
+	CleanSession bool
 }
 
 // ConnectionFields are the spec fields every MQTT component shares, except
@@ -84,10 +81,7 @@ func ConnectionFields() []*service.ConfigField {
 			service.NewIntField(FieldWillQoS).Description("QoS of the last will.").Default(0),
 			service.NewBoolField(FieldWillRetained).Description("Whether the last will is retained.").Default(false),
 		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
-		service.NewObjectField(FieldReconnect,
-			service.NewDurationField(FieldReconnectInitial).Description("Delay before the first reconnection attempt.").Default("250ms"),
-			service.NewDurationField(FieldReconnectMax).Description("The delay doubles after each failed attempt up to this bound. Attempts never stop.").Default("10s"),
-		).Description("Reconnection backoff. The client reconnects by itself forever; connectivity shows in logs and metrics.").Advanced(),
+		BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
 	}
 }
 
@@ -118,10 +112,7 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	if c.ConnectTimeout, err = pc.FieldDuration(FieldConnectTimeout); err != nil {
 		return c, err
 	}
-	if c.ReconnectInitial, err = pc.FieldDuration(FieldReconnect, FieldReconnectInitial); err != nil {
-		return c, err
-	}
-	if c.ReconnectMax, err = pc.FieldDuration(FieldReconnect, FieldReconnectMax); err != nil {
+	if c.Reconnect, err = ParseBackoff(pc, FieldReconnect); err != nil {
 		return c, err
 	}
 	willOn, err := pc.FieldBool(FieldWill, FieldWillEnabled)
@@ -176,8 +167,5 @@ func (c Config) Validate() error {
 	if c.ConnectTimeout <= 0 {
 		return errors.New("connect_timeout must be positive")
 	}
-	if c.ReconnectInitial <= 0 || c.ReconnectMax < c.ReconnectInitial {
-		return errors.New("reconnect_backoff: initial_interval must be positive and max_interval at least initial_interval")
-	}
-	return nil
+	return c.Reconnect.check(FieldReconnect)
 }

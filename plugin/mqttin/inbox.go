@@ -350,11 +350,10 @@ func (in *inbox) dropOldestQoS0() {
 // dropped instead: the broker redelivers it on the next connection.
 func (in *inbox) retry(d *delivery) {
 	d.attempts++
-	wait := in.s.retryInitial
-	for i := 1; i < d.attempts && wait < in.s.retryMax; i++ {
-		wait *= 2
+	wait := in.s.retry.Initial
+	for i := 1; i < d.attempts && wait < in.s.retry.Max; i++ {
+		wait = in.s.retry.Next(wait)
 	}
-	wait = min(wait, in.s.retryMax)
 	d.due = time.Now().Add(wait)
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -58,8 +58,6 @@ const (
 	fieldAckTopic          = "ack_topic"
 	fieldAckPublishTimeout = "ack_publish_timeout"
 	fieldRetry             = "retry_backoff"
-	fieldRetryInitial      = "initial_interval"
-	fieldRetryMax          = "max_interval"
 
 	envelopeNone     = "none"
 	envelopeIngress  = "ingress"
@@ -140,10 +138,7 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
-			service.NewObjectField(fieldRetry,
-				service.NewDurationField(fieldRetryInitial).Description("Delay before a rejected message is delivered again.").Default("100ms"),
-				service.NewDurationField(fieldRetryMax).Description("The delay doubles with each rejection of the same message up to this bound.").Default("5s"),
-			).Description("Delay between attempts of a rejected message.").Advanced(),
+			mqttclient.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
 input:
@@ -196,8 +191,7 @@ type settings struct {
 	envelope          string
 	ackTopic          string
 	ackPublishTimeout time.Duration
-	retryInitial      time.Duration
-	retryMax          time.Duration
+	retry             mqttclient.Backoff
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
@@ -262,14 +256,11 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
 	}
-	if s.retryInitial, err = conf.FieldDuration(fieldRetry, fieldRetryInitial); err != nil {
+	if s.retry, err = mqttclient.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
-	if s.retryMax, err = conf.FieldDuration(fieldRetry, fieldRetryMax); err != nil {
-		return s, err
-	}
-	if s.ackPublishTimeout <= 0 || s.retryInitial <= 0 || s.retryMax < s.retryInitial {
-		return s, errors.New("ack_publish_timeout and retry_backoff.initial_interval must be positive and retry_backoff.max_interval at least initial_interval")
+	if s.ackPublishTimeout <= 0 {
+		return s, errors.New("ack_publish_timeout must be positive")
 	}
 	return s, nil
 }

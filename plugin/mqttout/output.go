@@ -101,10 +101,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewDurationField(fieldPublishTimeout).
 				Description("How long to wait for a PUBACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
 				Default("5s"),
-			service.NewObjectField(fieldRetry,
-				service.NewDurationField("initial_interval").Description("Delay before the first resend after a failure.").Default("100ms"),
-				service.NewDurationField("max_interval").Description("The delay doubles with each consecutive failure up to this bound.").Default("10s"),
-			).Description("Delay between resends after a failure.").Advanced(),
+			mqttclient.BackoffField(fieldRetry, "Delay before resending from the oldest unconfirmed message after a failure.", "100ms", "10s"),
 			service.NewIntField(fieldMaxPayloadBytes).
 				Description("Writes whose published payload would exceed this many bytes fail with an error instead of being stored.").
 				Default(1<<20).Advanced(),
@@ -172,8 +169,7 @@ type settings struct {
 	window          int
 	ackTimeout      time.Duration
 	publishTimeout  time.Duration
-	retryInitial    time.Duration
-	retryMax        time.Duration
+	retry           mqttclient.Backoff
 	maxPayloadBytes int
 	statsInterval   time.Duration
 }
@@ -245,14 +241,8 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackTimeout <= 0 || s.publishTimeout <= 0 {
 		return s, errors.New("ack_timeout and publish_timeout must be positive")
 	}
-	if s.retryInitial, err = conf.FieldDuration(fieldRetry, "initial_interval"); err != nil {
+	if s.retry, err = mqttclient.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
-	}
-	if s.retryMax, err = conf.FieldDuration(fieldRetry, "max_interval"); err != nil {
-		return s, err
-	}
-	if s.retryInitial <= 0 || s.retryMax < s.retryInitial {
-		return s, errors.New("retry_backoff: initial_interval must be positive and max_interval at least initial_interval")
 	}
 	if s.maxPayloadBytes, err = conf.FieldInt(fieldMaxPayloadBytes); err != nil {
 		return s, err

@@ -61,7 +61,7 @@ func (sd *sender) run(ctx context.Context) {
 	go func() { sd.removal.run(ctx); close(removerDone) }()
 	defer func() { <-removerDone }()
 
-	delay := sd.s.retryInitial
+	delay := sd.s.retry.Initial
 	for {
 		sd.m.connected.Set(0)
 		conn, err := sd.client.WaitReady(ctx)
@@ -74,7 +74,7 @@ func (sd *sender) run(ctx context.Context) {
 			return
 		}
 		if progress {
-			delay = sd.s.retryInitial
+			delay = sd.s.retry.Initial
 		}
 		sd.m.onRetried()
 		sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)
@@ -83,7 +83,7 @@ func (sd *sender) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = min(delay*2, sd.s.retryMax)
+		delay = sd.s.retry.Next(delay)
 	}
 }
 
