@@ -64,6 +64,9 @@ func TestQuickstartDeliversEndToEndOnEmbeddedBrokers(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PUBLISH_INTERVAL=50ms", "STATS_INTERVAL=1s")
 	logs := &harness.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
+	// Bounds Wait below: once the process is gone, pipes a leftover child
+	// still holds are closed after this long instead of waited for.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
@@ -130,39 +129,8 @@ func TestLedgerRandomCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 	p := harness.RunPipeline(t, relay.yaml(), harness.ProcOptions{Dir: dir})
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	// Each event 1-3 times; copies land up to ~40 events later.
-	type slot struct {
-		at int
-		id string
-	}
-	var slots []slot
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("ev-%d", i)
-		slots = append(slots, slot{i * 10, id})
-		for range rng.IntN(3) {
-			slots = append(slots, slot{i*10 + 1 + rng.IntN(400), id})
-		}
-	}
-	sort.SliceStable(slots, func(a, b int) bool { return slots[a].at < slots[b].at })
-	stream := make([]string, len(slots))
-	for i, s := range slots {
-		stream[i] = s.id
-	}
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		for start := 0; start < len(stream); start += 25 {
-			var chunk [][]byte
-			for _, id := range stream[start:min(start+25, len(stream))] {
-				chunk = append(chunk, ledgerEvent(id))
-			}
-			if err := harness.PublishErr(m.URL(), "events/in", chunk); err != nil {
-				t.Error(err) // not Fatal: this is not the test's goroutine
-				return
-			}
-			time.Sleep(60 * time.Millisecond)
-		}
-	}()
+	stream := dupStream(rng, n)
+	published := publishStream(t, m.URL(), stream, 25, 60*time.Millisecond)
 	for k := range kills {
 		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
 		p.Kill()

@@ -63,7 +63,7 @@ func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
 		inOutbox, _ := outOutboxContents(t, path, outFromDelivery)
 		// Records confirmed just before the kill may still be on their way
 		// from the broker to the subscriber; give them time, not forever.
-		if !outWaitFor(10*time.Second, func() bool {
+		if !harness.Poll(10*time.Second, func() bool {
 			return len(outMissing(accepted, inOutbox, outDeliveredSet(outDeliveries(t, sub)))) == 0
 		}) {
 			t.Fatalf("kill %d: accepted messages neither delivered nor in the outbox (lost): %v",
@@ -93,20 +93,6 @@ func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
 		last = d.n
 	}
 	t.Logf("%d deliveries for %d messages (%d duplicates)", len(ds), count, len(ds)-count)
-}
-
-// outWaitFor polls cond every 20ms up to timeout.
-func outWaitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func outMax(set map[int]bool) int {

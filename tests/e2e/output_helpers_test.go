@@ -245,15 +245,15 @@ func outUpTo(n int) map[int]bool {
 func outWaitDrained(t *testing.T, p *harness.Proc, path string, inner outInner, count int, delivered func() map[int]bool) {
 	t.Helper()
 	all := outUpTo(count)
-	if !outWaitFor(outWait, func() bool { return len(outMissing(all, outAccepted(t, p.RunLog()))) == 0 }) {
+	if !harness.Poll(outWait, func() bool { return len(outMissing(all, outAccepted(t, p.RunLog()))) == 0 }) {
 		t.Fatalf("after %s the current run has not accepted %v (first 20)", outWait, outMissing(all, outAccepted(t, p.RunLog())))
 	}
-	if delivered != nil && !outWaitFor(outWait, func() bool { return len(outMissing(all, delivered())) == 0 }) {
+	if delivered != nil && !harness.Poll(outWait, func() bool { return len(outMissing(all, delivered())) == 0 }) {
 		t.Fatalf("after %s still not delivered: %v (first 20); the publisher's last stats line says %d pending",
 			outWait, outMissing(all, delivered()), outLastPending(p.RunLog()))
 	}
 	from := len(p.RunLog())
-	if !outWaitFor(outWait, func() bool {
+	if !harness.Poll(outWait, func() bool {
 		log := p.RunLog()
 		return len(log) > from && outLastPending(log[from:]) == 0
 	}) {

@@ -13,11 +13,21 @@ import (
 // seconds, long enough to put an outage in the middle of it.
 const outageCount = 8000
 
+// outOutage is what outOutageRun does in the middle of the stream: down,
+// hold for a while, up. what names the outage in the failure message
+// ("the broker was down").
+type outOutage struct {
+	what     string
+	down, up func()
+	hold     time.Duration
+}
+
 // outOutageRun starts a window-64 publisher towards url and a persistent
-// subscriber on broker, waits until the stream is flowing, runs outage,
-// and then checks the recovery: every accepted message is delivered at
-// least once without any help from the test, and the outbox drains.
-func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, outage func(p *harness.Proc)) *harness.Proc {
+// subscriber on broker, waits until the stream is flowing, runs the outage
+// (writes must go on meanwhile: store and forward), and then checks the
+// recovery: every accepted message is delivered at least once without any
+// help from the test, and the outbox drains.
+func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, o outOutage) *harness.Proc {
 	t.Helper()
 	// A persistent session, so that a broker restart does not cost the
 	// subscriber what was queued for it.
@@ -28,7 +38,13 @@ func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, ou
 	p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
 	harness.Eventually(t, 30*time.Second, "the first deliveries", func() bool { return sub.Count() >= 100 })
 
-	outage(p)
+	before := len(outAccepted(t, p.RunLog()))
+	o.down()
+	time.Sleep(o.hold)
+	if len(outAccepted(t, p.RunLog())) == before {
+		t.Fatalf("no write was accepted while %s: the outbox must store and forward", o.what)
+	}
+	o.up()
 
 	accepted := outAccepted(t, p.RunLog())
 	if len(accepted) >= outageCount {
@@ -42,30 +58,12 @@ func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, ou
 	return p
 }
 
-// outAcceptedDuring reports how many messages the publisher accepted while fn
-// ran: writes must go on while the broker is unreachable (store and forward).
-func outAcceptedDuring(t *testing.T, p *harness.Proc, fn func()) int {
-	t.Helper()
-	before := len(outAccepted(t, p.RunLog()))
-	fn()
-	return len(outAccepted(t, p.RunLog())) - before
-}
-
 // TestOutputBrokerStoppedMidStreamLosesNothing stops mosquitto for 3 s in
 // the middle of a stream: the publisher keeps accepting into its outbox,
 // reconnects by itself when the broker is back, and delivers everything.
 func TestOutputBrokerStoppedMidStreamLosesNothing(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true, MaxInflight: 1000})
-	outOutageRun(t, m, m.URL(), "outage/stop", func(p *harness.Proc) {
-		n := outAcceptedDuring(t, p, func() {
-			m.Stop()
-			time.Sleep(3 * time.Second)
-		})
-		if n == 0 {
-			t.Fatal("no write was accepted while the broker was down: the outbox must store and forward")
-		}
-		m.Start()
-	})
+	outOutageRun(t, m, m.URL(), "outage/stop", outOutage{what: "the broker was down", down: m.Stop, up: m.Start, hold: 3 * time.Second})
 }
 
 // TestOutputConnectionCutMidStreamLosesNothing closes the TCP connection
@@ -73,16 +71,7 @@ func TestOutputBrokerStoppedMidStreamLosesNothing(t *testing.T) {
 func TestOutputConnectionCutMidStreamLosesNothing(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	proxy := harness.NewProxy(t, m.Addr())
-	p := outOutageRun(t, m, proxy.URL(), "outage/cut", func(p *harness.Proc) {
-		n := outAcceptedDuring(t, p, func() {
-			proxy.Cut()
-			time.Sleep(2 * time.Second)
-		})
-		if n == 0 {
-			t.Fatal("no write was accepted while the connection was cut")
-		}
-		proxy.Restore()
-	})
+	p := outOutageRun(t, m, proxy.URL(), "outage/cut", outOutage{what: "the connection was cut", down: proxy.Cut, up: proxy.Restore, hold: 2 * time.Second})
 	if !strings.Contains(p.Log(), "resending from the oldest unconfirmed record") {
 		t.Error("the publisher never logged a resend: the cut went unnoticed")
 	}
@@ -95,16 +84,8 @@ func TestOutputConnectionCutMidStreamLosesNothing(t *testing.T) {
 func TestOutputStalledConnectionLosesNothing(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	proxy := harness.NewProxy(t, m.Addr())
-	p := outOutageRun(t, m, proxy.URL(), "outage/stall", func(p *harness.Proc) {
-		n := outAcceptedDuring(t, p, func() {
-			proxy.Stall()
-			time.Sleep(3 * time.Second) // publish_timeout is 1s
-		})
-		if n == 0 {
-			t.Fatal("no write was accepted while the connection was stalled")
-		}
-		proxy.Restore()
-	})
+	p := outOutageRun(t, m, proxy.URL(), "outage/stall", outOutage{what: "the connection was stalled", down: proxy.Stall, up: proxy.Restore,
+		hold: 3 * time.Second}) // longer than publish_timeout (1s)
 	if !strings.Contains(p.Log(), "no PUBACK for event") && !strings.Contains(p.Log(), "connection lost") {
 		t.Error("the publisher never logged a PUBACK timeout or a lost connection: the stall went unnoticed")
 	}

@@ -54,29 +54,24 @@ func sqlBench(b *testing.B, driver, dsn string) {
 		n := sqlBenchMessages
 		events := make([][]byte, n)
 		for i := range events {
-			events[i] = sqlEvent(fmt.Sprintf("r%d-ev-%d", round, i))
+			events[i] = ledgerEvent(fmt.Sprintf("r%d-ev-%d", round, i))
 		}
 		for i := 0; i < n; i += 500 {
 			harness.Publish(b, m.URL(), "events/in", events[i:min(i+500, n)])
 		}
 		p := harness.RunPipeline(b, yaml, harness.ProcOptions{})
-		var first int
+		var sent, first int
 		var t0 time.Time
-		deadline := time.Now().Add(120 * time.Second)
-		for {
-			sent := outputSent(port)
+		if !harness.Poll(120*time.Second, func() bool {
+			sent = outputSent(port)
 			if sent > 0 && t0.IsZero() {
 				first, t0 = sent, time.Now()
 			}
-			if sent >= n {
-				rates = append(rates, float64(sent-first)/time.Since(t0).Seconds())
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d messages out after 120s\n%s", sent, n, p.Log())
-			}
-			time.Sleep(20 * time.Millisecond)
+			return sent >= n
+		}) {
+			b.Fatalf("only %d of %d messages out after 120s\n%s", sent, n, p.Log())
 		}
+		rates = append(rates, float64(sent-first)/time.Since(t0).Seconds())
 		if err := p.Stop(15 * time.Second); err != nil {
 			b.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestSQLFailingApplyCommitsNothingAndRetries(t *testing.T) {
 	ids := []string{"e1", "e2", "e3"}
 	var events [][]byte
 	for _, id := range ids {
-		events = append(events, sqlEvent(id))
+		events = append(events, ledgerEvent(id))
 	}
 	harness.Publish(t, m.URL(), "events/in", events)
 	if !p.WaitForLog("no such table: counter", 20*time.Second) {

@@ -120,8 +120,3 @@ func sqlState(t testing.TB, driver, dsn string) (counter, rows int64) {
 	}
 	return counter, rows
 }
-
-// sqlEvent is the seed's event with a chosen ID.
-func sqlEvent(id string) []byte {
-	return []byte(fmt.Sprintf(`{"producer":"sensor-demo","event_id":%q,"delta":1}`, id))
-}

@@ -31,7 +31,7 @@ func sqlSeedRun(t *testing.T, driver, dsn string, blind bool) (counter, rows int
 	p1 := harness.RunPipeline(t, cfg.yaml(), harness.ProcOptions{Dir: dir, Env: []string{failpoint.EnvVar + "=" + failpoint.SQLCommitted}})
 	// The session exists, so the broker queues the event for the consumer
 	// even if it is not connected yet.
-	harness.Publish(t, m.URL(), "events/in", [][]byte{sqlEvent("batch-42")})
+	harness.Publish(t, m.URL(), "events/in", [][]byte{ledgerEvent("batch-42")})
 	code, err := p1.Wait(30 * time.Second)
 	if err != nil {
 		t.Fatalf("consumer never reached failpoint %s: %v\n%s", failpoint.SQLCommitted, err, p1.Log())

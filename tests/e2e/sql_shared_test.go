@@ -3,9 +3,7 @@ package e2e
 import (
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,45 +39,16 @@ func TestSQLSharedSubscriptionCrashLoopCountsExactly(t *testing.T) {
 	}
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	type slot struct {
-		at int
-		id string
-	}
-	var slots []slot
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("ev-%d", i)
-		slots = append(slots, slot{i * 10, id})
-		for range rng.IntN(3) {
-			slots = append(slots, slot{i*10 + 1 + rng.IntN(400), id})
-		}
-	}
-	sort.SliceStable(slots, func(a, b int) bool { return slots[a].at < slots[b].at })
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		for start := 0; start < len(slots); start += 20 {
-			var chunk [][]byte
-			for _, s := range slots[start:min(start+20, len(slots))] {
-				chunk = append(chunk, sqlEvent(s.id))
-			}
-			if err := harness.PublishErr(m.URL(), "events/in", chunk); err != nil {
-				t.Error(err) // not Fatal: this is not the test's goroutine
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	stream := dupStream(rng, n)
+	published := publishStream(t, m.URL(), stream, 20, 50*time.Millisecond)
 
 	// Kill the two consumers alternately at random moments, each
 	// killsEach times; a restart follows every kill.
-	var mu sync.Mutex
 	for k := range 2 * killsEach {
 		time.Sleep(time.Duration(200+rng.IntN(500)) * time.Millisecond)
 		p := procs[k%2]
-		mu.Lock()
 		p.Kill()
 		p.Restart()
-		mu.Unlock()
 	}
 	select {
 	case <-published:
@@ -112,7 +81,7 @@ func TestSQLSharedSubscriptionCrashLoopCountsExactly(t *testing.T) {
 		window += strings.Count(log, "mqtt_dup=true duplicate=true")
 	}
 	t.Logf("%d events, %d copies published, %d kills: counter=%d ledger_rows=%d; consumers logged %d deliveries, %d recognised duplicates, %d broker redeliveries (DUP), %d broker redeliveries recognised as duplicates",
-		n, len(slots), 2*killsEach, counter, rows, deliveries, dups, redelivered, window)
+		n, len(stream), 2*killsEach, counter, rows, deliveries, dups, redelivered, window)
 	if counter != n || rows != n {
 		t.Fatalf("counter = %d, ledger rows = %d; want exactly %d each", counter, rows, n)
 	}

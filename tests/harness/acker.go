@@ -39,26 +39,29 @@ func StartAcker(t testing.TB, url, dataTopic, ackTopic string, reply func(in env
 		SetMaxReconnectInterval(time.Second).
 		SetConnectTimeout(5 * time.Second).
 		SetOnConnectHandler(func(c mqtt.Client) {
-			tok := c.Subscribe(dataTopic, 1, func(c mqtt.Client, m mqtt.Message) { a.handle(c, ackTopic, m) })
-			tok.WaitTimeout(clientTimeout)
+			err := subackErr(c.Subscribe(dataTopic, 1, func(c mqtt.Client, m mqtt.Message) { a.handle(c, ackTopic, m) }))
 			select {
-			case ready <- tok.Error():
+			case ready <- err:
 			default:
 			}
 		})
 	a.client = mqtt.NewClient(opts)
-	if tok := a.client.Connect(); !tok.WaitTimeout(clientTimeout) || tok.Error() != nil {
-		t.Fatalf("harness: acker: connect to %s failed: %v", url, tok.Error())
+	t.Cleanup(a.Close)
+	tok := a.client.Connect()
+	if !tok.WaitTimeout(clientTimeout) {
+		t.Fatalf("harness: acker: no CONNACK from %s within %s", url, clientTimeout)
+	}
+	if err := tok.Error(); err != nil {
+		t.Fatalf("harness: acker: connect to %s: %v", url, err)
 	}
 	select {
 	case err := <-ready:
 		if err != nil {
-			t.Fatalf("harness: acker: subscribe %s: %v", dataTopic, err)
+			t.Fatalf("harness: acker: subscribe %s at %s: %v", dataTopic, url, err)
 		}
-	case <-time.After(clientTimeout):
-		t.Fatalf("harness: acker: no SUBACK for %s", dataTopic)
+	case <-time.After(clientTimeout + time.Second):
+		t.Fatalf("harness: acker: subscribe %s at %s did not finish", dataTopic, url)
 	}
-	t.Cleanup(a.Close)
 	return a
 }
 

@@ -74,13 +74,7 @@ func Subscribe(t testing.TB, url, clientID string, clean bool, filters ...string
 			s.mu.Lock()
 			s.connects++
 			s.mu.Unlock()
-			tok := c.SubscribeMultiple(subs, nil)
-			var err error
-			if !tok.WaitTimeout(clientTimeout) {
-				err = fmt.Errorf("no SUBACK within %s", clientTimeout)
-			} else {
-				err = tok.Error()
-			}
+			err := subackErr(c.SubscribeMultiple(subs, nil))
 			if err != nil {
 				s.mu.Lock()
 				s.subErr = err
@@ -141,7 +135,7 @@ func (s *Subscriber) Count() int {
 
 // WaitCount reports whether at least n messages arrived within timeout.
 func (s *Subscriber) WaitCount(n int, timeout time.Duration) bool {
-	return poll(timeout, func() bool { return s.Count() >= n })
+	return Poll(timeout, func() bool { return s.Count() >= n })
 }
 
 // Connected reports whether the client is connected right now.
@@ -217,6 +211,15 @@ func PublishErr(url, topic string, payloads [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// subackErr waits up to clientTimeout for a SUBSCRIBE's token and returns
+// its error, or an error saying the SUBACK did not come.
+func subackErr(tok mqtt.Token) error {
+	if !tok.WaitTimeout(clientTimeout) {
+		return fmt.Errorf("no SUBACK within %s", clientTimeout)
+	}
+	return tok.Error()
 }
 
 // waitToken reports whether tok completed before deadline.

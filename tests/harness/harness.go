@@ -30,7 +30,7 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// pollInterval is how often Eventually and the Wait* helpers look again.
+// pollInterval is how often Poll, Eventually and the Wait* helpers look again.
 const pollInterval = 20 * time.Millisecond
 
 // Eventually polls cond about every 20ms until it returns true, and fails
@@ -38,14 +38,16 @@ const pollInterval = 20 * time.Millisecond
 // in the failure message.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !poll(timeout, cond) {
+	if !Poll(timeout, cond) {
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
 
-// poll reports whether cond became true within timeout. cond is always
-// evaluated at least once, and once more at the deadline.
-func poll(timeout time.Duration, cond func() bool) bool {
+// Poll reports whether cond became true within timeout, looking about
+// every 20ms. cond is always evaluated at least once, and once more at the
+// deadline. Unlike Eventually it does not fail the test, so it may be
+// called from any goroutine.
+func Poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if cond() {

@@ -225,7 +225,7 @@ func (m *Mosquitto) Start() {
 	// Ready means this run logged that it runs and the port answers. The
 	// port alone could be another process's (then this broker exits with
 	// "Address already in use").
-	accepting := poll(brokerStartTimeout, func() bool {
+	accepting := Poll(brokerStartTimeout, func() bool {
 		if !proc.running() {
 			return true // stop polling; reported below
 		}

@@ -90,7 +90,9 @@ func StartPostgres(t testing.TB) *Postgres {
 	}
 	t.Cleanup(p.Stop)
 
-	p.createDB(ctx, p.db)
+	if err := p.createdb(ctx, p.db); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
 	return p
 }
 
@@ -107,8 +109,8 @@ func (p *Postgres) NewDatabase(t testing.TB) string {
 	name := fmt.Sprintf("db%d", p.nextDB.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), pgCommandTimeout)
 	defer cancel()
-	if err := p.try(ctx, "createdb", "-h", filepath.Join(p.dir, "sock"), "-p", strconv.Itoa(p.port), "-U", "postgres", name); err != nil {
-		t.Fatalf("harness: createdb %s: %v", name, err)
+	if err := p.createdb(ctx, name); err != nil {
+		t.Fatalf("harness: %v", err)
 	}
 	return p.dsnFor(name)
 }
@@ -132,8 +134,10 @@ func (p *Postgres) dsnFor(db string) string {
 func (p *Postgres) dataDir() string { return filepath.Join(p.dir, "data") }
 func (p *Postgres) logPath() string { return filepath.Join(p.dir, "log") }
 
-func (p *Postgres) createDB(ctx context.Context, name string) {
-	p.run(ctx, "createdb", "-h", filepath.Join(p.dir, "sock"), "-p", strconv.Itoa(p.port), "-U", "postgres", name)
+// createdb creates database name; the error names it (the tool's command
+// line) and carries the tool's output.
+func (p *Postgres) createdb(ctx context.Context, name string) error {
+	return p.try(ctx, "createdb", "-h", filepath.Join(p.dir, "sock"), "-p", strconv.Itoa(p.port), "-U", "postgres", name)
 }
 
 func (p *Postgres) mkdir(path string) {

@@ -187,7 +187,7 @@ func (p *Proc) LogPath() string { return p.logPath }
 // Output of earlier runs does not count, so after Restart it waits for the
 // new process.
 func (p *Proc) WaitForLog(substr string, timeout time.Duration) bool {
-	return poll(timeout, func() bool { return strings.Contains(p.RunLog(), substr) })
+	return Poll(timeout, func() bool { return strings.Contains(p.RunLog(), substr) })
 }
 
 // Pid of the current run.
