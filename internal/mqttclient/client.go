@@ -368,10 +368,13 @@ func (c *Client) connect() (*Conn, error) {
 	}
 	conn.paho = paho.NewClient(o)
 
+	// paho tries the URLs in order, each with its own connect_timeout, so
+	// a node that accepts TCP and never answers must not use up the whole
+	// attempt before the next URL is tried.
 	tok := conn.paho.Connect()
 	select {
 	case <-tok.Done():
-	case <-time.After(c.cfg.ConnectTimeout + time.Second):
+	case <-time.After(time.Duration(len(c.brokerURLs))*c.cfg.ConnectTimeout + time.Second):
 		conn.paho.Disconnect(0)
 		return nil, errors.New("connect timed out")
 	case <-c.closing:
