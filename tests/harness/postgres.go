@@ -102,6 +102,18 @@ func (p *Postgres) DSN() string { return p.dsnFor(p.db) }
 // Port is the TCP port the server listens on (127.0.0.1).
 func (p *Postgres) Port() int { return p.port }
 
+// Pid is the postmaster's process id (its backends are its children), read
+// from postmaster.pid; 0 if the server is not running.
+func (p *Postgres) Pid() int {
+	b, err := os.ReadFile(filepath.Join(p.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
 // NewDatabase creates another empty database in the cluster and returns its
 // DSN, so tests sharing one cluster do not see each other's tables.
 func (p *Postgres) NewDatabase(t testing.TB) string {
