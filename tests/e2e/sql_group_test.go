@@ -65,17 +65,7 @@ func TestSQLConsumerGroupScalesAndCountsExactlyUnderKills(t *testing.T) {
 		// Chaos: duplicates in the stream, consumers killed and restarted.
 		published := publishStream(t, m.URL(), dupStream(rng, chaos), 20, 50*time.Millisecond)
 		s.kills = 2 * k
-		for range s.kills {
-			time.Sleep(time.Duration(200+rng.IntN(500)) * time.Millisecond)
-			p := procs[rng.IntN(k)]
-			p.Kill()
-			p.Restart()
-		}
-		select {
-		case <-published:
-		case <-time.After(60 * time.Second):
-			t.Fatal("publisher did not finish within 60s")
-		}
+		killWhilePublishing(t, rng, published, s.kills, func(int) *harness.Proc { return procs[rng.IntN(k)] })
 		want := int64(measured + chaos)
 		harness.Eventually(t, 90*time.Second, fmt.Sprintf("%d consumers: all %d events applied", k, want), func() bool {
 			c, _ := sqlState(t, "postgres", dsn)
@@ -104,6 +94,24 @@ func TestSQLConsumerGroupScalesAndCountsExactlyUnderKills(t *testing.T) {
 			s.consumer.Microseconds(), s.broker.Microseconds(), s.database.Microseconds(), s.kills)
 	}
 	t.Logf("consumer group on $share/g/events/in, %d events per measurement, PostgreSQL ledger + counter:\n%s", measured, b.String())
+}
+
+// killWhilePublishing SIGKILLs and restarts kills consumers, pick(k)
+// choosing the k-th, at random moments 200-700 ms apart, then waits up to
+// 60 s for the publisher to finish.
+func killWhilePublishing(t *testing.T, rng *rand.Rand, published <-chan struct{}, kills int, pick func(k int) *harness.Proc) {
+	t.Helper()
+	for k := range kills {
+		time.Sleep(time.Duration(200+rng.IntN(500)) * time.Millisecond)
+		p := pick(k)
+		p.Kill()
+		p.Restart()
+	}
+	select {
+	case <-published:
+	case <-time.After(60 * time.Second):
+		t.Fatal("publisher did not finish within 60s")
+	}
 }
 
 // measureGroup waits until n events are applied and measures the rate and

@@ -42,19 +42,8 @@ func TestSQLSharedSubscriptionCrashLoopCountsExactly(t *testing.T) {
 	stream := dupStream(rng, n)
 	published := publishStream(t, m.URL(), stream, 20, 50*time.Millisecond)
 
-	// Kill the two consumers alternately at random moments, each
-	// killsEach times; a restart follows every kill.
-	for k := range 2 * killsEach {
-		time.Sleep(time.Duration(200+rng.IntN(500)) * time.Millisecond)
-		p := procs[k%2]
-		p.Kill()
-		p.Restart()
-	}
-	select {
-	case <-published:
-	case <-time.After(60 * time.Second):
-		t.Fatal("publisher did not finish within 60s")
-	}
+	// Kill the two consumers alternately, each killsEach times.
+	killWhilePublishing(t, rng, published, 2*killsEach, func(k int) *harness.Proc { return procs[k%2] })
 
 	harness.Eventually(t, 60*time.Second, fmt.Sprintf("all %d events applied", n), func() bool {
 		c, _ := sqlState(t, "postgres", dsn)

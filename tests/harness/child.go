@@ -111,6 +111,16 @@ func (c *child) stop(timeout time.Duration) error {
 	return fmt.Errorf("pid %d ignored SIGTERM for %s and was SIGKILLed", c.pid(), timeout)
 }
 
+// logFrom returns the file at path from offset from on: the current run's
+// part of a log that several runs append to ("" if it is unreadable).
+func logFrom(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < from {
+		return ""
+	}
+	return string(b[from:])
+}
+
 // tail returns the last n lines of the file at path ("" if it is unreadable).
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)

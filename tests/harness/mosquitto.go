@@ -285,11 +285,7 @@ func (m *Mosquitto) Restart() {
 // runLog is the current run's part of the log.
 func (m *Mosquitto) runLog() string {
 	_, from := m.current()
-	b, err := os.ReadFile(m.logPath)
-	if err != nil || int64(len(b)) < from {
-		return ""
-	}
-	return string(b[from:])
+	return logFrom(m.logPath, from)
 }
 
 // LogTail returns the last n lines of the broker's log (all runs, with a

@@ -276,11 +276,7 @@ func (nd *RabbitNode) Kill() {
 
 func (nd *RabbitNode) runLog() string {
 	_, from := nd.current()
-	b, err := os.ReadFile(nd.logPath)
-	if err != nil || int64(len(b)) < from {
-		return ""
-	}
-	return string(b[from:])
+	return logFrom(nd.logPath, from)
 }
 
 // LogTail returns the last n lines of the node's log (all runs).
