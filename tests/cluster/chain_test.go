@@ -84,6 +84,20 @@ output:
 `, interval, c.n, c.urls(c.pubNode), clientTuning, c.name, topic, confirm, c.pubOutbox())
 }
 
+// input is the head of a config whose input is the chain's role
+// subscribed to topic; extra adds fields to reliable_mqtt_in.
+func (c *chain) input(first int, role, topic, extra string) string {
+	return fmt.Sprintf(`
+http: { enabled: false }
+logger: { level: INFO }
+input:
+  reliable_mqtt_in:
+    urls: %s%s
+    client_id: cl-%s-%s
+    topics: [ %s ]
+    qos: 1%s`, c.urls(first), clientTuning, c.name, role, topic, extra)
+}
+
 func (c *chain) bridgeYAML() string {
 	in := `
     envelope: delivery`
@@ -102,15 +116,7 @@ func (c *chain) bridgeYAML() string {
     ack_topic: %s
     ack_timeout: 3s`, c.topic("data-2"), c.topic("acks-2"))
 	}
-	return fmt.Sprintf(`
-http: { enabled: false }
-logger: { level: INFO }
-input:
-  reliable_mqtt_in:
-    urls: %s%s
-    client_id: cl-%s-bridge
-    topics: [ %s ]
-    qos: 1%s
+	return c.input(c.inNode, "bridge", c.topic("ingress"), in) + fmt.Sprintf(`
 output:
   reliable_mqtt_out:
     urls: %s%s
@@ -118,8 +124,7 @@ output:
     event_id: ${! meta("event_id") }%s
     outbox: { path: %s }
     stats_interval: 500ms
-`, c.urls(c.inNode), clientTuning, c.name, c.topic("ingress"), in,
-		c.urls(c.outNode), clientTuning, c.name, out, c.bridgeOutbox())
+`, c.urls(c.outNode), clientTuning, c.name, out, c.bridgeOutbox())
 }
 
 // consumerTopic is where the consumer's messages arrive: the bridge's
@@ -139,15 +144,7 @@ func (c *chain) consumerYAML() string {
     envelope: ingress
     ack_topic: %s`, c.topic("acks-2"))
 	}
-	return fmt.Sprintf(`
-http: { enabled: false }
-logger: { level: INFO }
-input:
-  reliable_mqtt_in:
-    urls: %s%s
-    client_id: cl-%s-consumer
-    topics: [ %s ]
-    qos: 1%s
+	return c.input(c.conNode, "consumer", c.consumerTopic(), in) + fmt.Sprintf(`
 pipeline:
   processors:
     - dedup_ledger:
@@ -168,7 +165,7 @@ pipeline:
 output:
   reject_errored:
     drop: {}
-`, c.urls(c.conNode), clientTuning, c.name, c.consumerTopic(), in, c.db())
+`, c.db())
 }
 
 // applied reads the counter and the applied seqs (with repeats).

@@ -29,12 +29,16 @@ import (
 // and both outboxes drain. broker: both outboxes drain too, yet the
 // events published before the bridge's queue existed never arrive; the
 // seqs that are missing are exactly those first ones (node kills lost
-// nothing: a PUBACK from a quorum queue means a majority has it).
+// nothing: a PUBACK from a quorum queue means a majority has it). Every
+// connection of both consumers resumed its session. Before the chains
+// start, checkProtocolLimits shows RabbitMQ 3.10's QoS and $share limits.
+// docs/scaling.md reports what this test logs.
 func TestClusterNodeKillsLoseNothingEndToEndWhileBrokerConfirmTrustsTheCluster(t *testing.T) {
 	const n, kills = 600, 4
 	began := time.Now()
 	rc := harness.StartRabbitCluster(t, 3)
 	t.Logf("three-node cluster ready in %s", time.Since(began).Round(time.Second))
+	checkProtocolLimits(t, rc.Nodes()[0].URL())
 
 	e2e := &chain{name: "end_to_end", n: n, dir: t.TempDir(), cluster: rc, pubNode: 0, inNode: 1, outNode: 2, conNode: 0}
 	brk := &chain{name: "broker", n: n, dir: t.TempDir(), cluster: rc, pubNode: 1, inNode: 2, outNode: 0, conNode: 1}
