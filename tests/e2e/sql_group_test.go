@@ -55,11 +55,11 @@ func TestSQLConsumerGroupScalesAndCountsExactlyUnderKills(t *testing.T) {
 			}
 			harness.Publish(t, m.URL(), "events/in", events)
 		}
-		procs := make([]*harness.Proc, k)
+		cfgs := make([]sqlCounter, k)
 		for i := range k {
-			cfg := sqlCounter{url: m.URL(), clientID: fmt.Sprintf("group-%d-%d", k, i), topic: filter, driver: "postgres", dsn: dsn, quiet: true}
-			procs[i] = harness.RunPipeline(t, cfg.yaml(), harness.ProcOptions{})
+			cfgs[i] = sqlCounter{url: m.URL(), clientID: fmt.Sprintf("group-%d-%d", k, i), topic: filter, driver: "postgres", dsn: dsn, quiet: true}
 		}
+		procs := runConsumers(t, cfgs)
 		s := measureGroup(t, dsn, measured, procs, m.Pid(), pg.Pid())
 
 		// Chaos: duplicates in the stream, consumers killed and restarted.
@@ -94,6 +94,22 @@ func TestSQLConsumerGroupScalesAndCountsExactlyUnderKills(t *testing.T) {
 			s.consumer.Microseconds(), s.broker.Microseconds(), s.database.Microseconds(), s.kills)
 	}
 	t.Logf("consumer group on $share/g/events/in, %d events per measurement, PostgreSQL ledger + counter:\n%s", measured, b.String())
+}
+
+// runConsumers starts one consumer per config, the first one alone until
+// its pipeline is up: PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe
+// against a concurrent one (both can pass the check and one fails on the
+// catalog's unique index), and init_statements do not retry.
+func runConsumers(t *testing.T, cfgs []sqlCounter) []*harness.Proc {
+	t.Helper()
+	procs := make([]*harness.Proc, len(cfgs))
+	for i, cfg := range cfgs {
+		procs[i] = harness.RunPipeline(t, cfg.yaml(), harness.ProcOptions{})
+		if i == 0 && !procs[0].WaitForLog("Output type drop is now active", 60*time.Second) {
+			t.Fatalf("consumer %s did not start its pipeline within 60s", cfg.clientID)
+		}
+	}
+	return procs
 }
 
 // killWhilePublishing SIGKILLs and restarts kills consumers, pick(k)

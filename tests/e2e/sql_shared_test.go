@@ -28,15 +28,15 @@ func TestSQLSharedSubscriptionCrashLoopCountsExactly(t *testing.T) {
 	dsn := pg.NewDatabase(t)
 	const filter = "$share/g/events/in"
 
-	var procs []*harness.Proc
+	var cfgs []sqlCounter
 	for i := range 2 {
 		clientID := fmt.Sprintf("sql-shared-%d", i)
 		// The sessions exist before the consumers first run, so the broker
 		// queues their share meanwhile.
 		harness.Subscribe(t, m.URL(), clientID, false, filter).Close()
-		cfg := sqlCounter{url: m.URL(), clientID: clientID, topic: filter, driver: "postgres", dsn: dsn, slowAfter: "10ms"}
-		procs = append(procs, harness.RunPipeline(t, cfg.yaml(), harness.ProcOptions{}))
+		cfgs = append(cfgs, sqlCounter{url: m.URL(), clientID: clientID, topic: filter, driver: "postgres", dsn: dsn, slowAfter: "10ms"})
 	}
+	procs := runConsumers(t, cfgs)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	stream := dupStream(rng, n)
