@@ -107,7 +107,12 @@ func TestCountersGaugesAndSummariesWithLabels(t *testing.T) {
 		lat("out").Timing(ns)
 	}
 
+	e.NewCounterCtor("never_counted") // a family without a sample is not shown
+
 	fams := scrape(t, e)
+	if _, ok := fams["never_counted"]; ok {
+		t.Error("a counter that never counted is exported")
+	}
 	if v := metric(t, fams, "reliable_mqtt_out_acks_ignored", dto.MetricType_COUNTER,
 		map[string]string{"label": "out", "path": "root.output", "reason": "malformed"}).GetCounter().GetValue(); v != 5 {
 		t.Errorf("acks_ignored{reason=malformed} = %v, want 5", v)
@@ -160,8 +165,8 @@ func TestRepeatedAndConflictingNames(t *testing.T) {
 	a("in", "root.input").Incr(1)
 	b("in", "root.input").Incr(1)
 	e.NewCounterCtor("input_received", "other")("x").Incr(7) // dropped
-	e.NewGaugeCtor("input_received")().Set(9)                 // dropped
-	e.NewCounterCtor("weird.name-1", "a-b")("v").Incr(1)       // sanitised
+	e.NewGaugeCtor("input_received")().Set(9)                // dropped
+	e.NewCounterCtor("weird.name-1", "a-b")("v").Incr(1)     // sanitised
 
 	fams := scrape(t, e)
 	if v := metric(t, fams, "input_received", dto.MetricType_COUNTER, map[string]string{"label": "in", "path": "root.input"}).GetCounter().GetValue(); v != 2 {
