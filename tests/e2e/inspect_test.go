@@ -541,3 +541,31 @@ func TestLedgerStatAndLookupOnSQL(t *testing.T) {
 		})
 	}
 }
+
+// Above 10,000 records export shows a progress bar on a terminal, and
+// none when stderr is not one.
+func TestOutboxExportShowsProgressOnATerminal(t *testing.T) {
+	script, err := exec.LookPath("script") // util-linux: runs a command on a pty
+	if err != nil {
+		t.Skipf("no script(1) to provide a terminal: %v", err)
+	}
+	const n = 12_000
+	dir := t.TempDir()
+	path := filepath.Join(dir, "outbox.db")
+	fillOutbox(t, path, 0, n, 64, textPayload)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmdline := fmt.Sprintf("%s outbox export %s -o %s", harness.Binary(t), path, filepath.Join(dir, "tty.jsonl"))
+	onTTY, err := exec.CommandContext(ctx, script, "-qec", cmdline, "/dev/null").CombinedOutput()
+	if err != nil {
+		t.Fatalf("export on a pty: %v\n%s", err, onTTY)
+	}
+	if !strings.Contains(string(onTTY), "exporting") || !strings.Contains(string(onTTY), fmt.Sprintf("/%d", n)) {
+		t.Fatalf("no progress bar on a terminal:\n%q", onTTY)
+	}
+	r := inspectCLI(t, "outbox", "export", path, "-o", filepath.Join(dir, "pipe.jsonl"))
+	if r.code != 0 || strings.Contains(r.stderr, "exporting") {
+		t.Fatalf("export to a pipe: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
