@@ -45,9 +45,6 @@ func interspersed(cmd *cli.Command) *cli.Command {
 		var positional []string
 		for rest := c.Args().Slice(); ; {
 			if err := fs.Parse(rest); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					return cli.ShowCommandHelp(c, cmd.Name)
-				}
 				return fmt.Errorf("%s: %w (usage: %s)", cmd.FullName(), err, cmd.UsageText)
 			}
 			if fs.NArg() == 0 {
@@ -56,10 +53,13 @@ func interspersed(cmd *cli.Command) *cli.Command {
 			positional = append(positional, fs.Arg(0))
 			rest = fs.Args()[1:]
 		}
-		// Each alias is a flag of its own in a plain FlagSet: copy the
-		// value given under one name to the others.
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["help"] || set["h"] {
+			return cli.ShowCommandHelp(c.Lineage()[1], cmd.Name)
+		}
+		// Each alias is a flag of its own in a plain FlagSet: copy the
+		// value given under one name to the others.
 		for _, f := range cmd.Flags {
 			for _, given := range f.Names() {
 				if !set[given] {

@@ -218,13 +218,17 @@ func outboxExport(c *cli.Context) (err error) {
 	if name := c.Path("output"); name != "" {
 		// Never overwrite: the file may be an earlier export of records
 		// since purged.
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fmt.Errorf("outbox export: %w (choose a new file name)", err)
+		f, ferr := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if ferr != nil {
+			return fmt.Errorf("outbox export: %w (choose a new file name)", ferr)
 		}
 		defer func() {
 			if cerr := f.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("outbox export: %w", cerr)
+			}
+			// An incomplete export must not pass for a complete one.
+			if err != nil {
+				_ = os.Remove(name)
 			}
 		}()
 		dst = f
@@ -245,7 +249,7 @@ func outboxExport(c *cli.Context) (err error) {
 		}
 		return outbox.Each(tx, path, 0, func(r outbox.Record, err error) error {
 			if err != nil {
-				return fmt.Errorf("outbox export: %w; %d records were written before it", err, n)
+				return fmt.Errorf("outbox export: %w; stopped after %d records (an -o file is removed)", err, n)
 			}
 			if err := writeJSONLine(out, toJSON(r, true)); err != nil {
 				return fmt.Errorf("outbox export: writing record seq %d: %w", r.Seq, err)

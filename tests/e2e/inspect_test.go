@@ -148,6 +148,9 @@ func TestOutboxStatAndListThroughTheBinary(t *testing.T) {
 	fillOutbox(t, path, 1, 500, 1, textPayload)
 	after := time.Now()
 
+	if help := mustCLI(t, "outbox", "stat", "--help"); !strings.Contains(help, "reliable-mqtt outbox stat FILE") {
+		t.Fatalf("outbox stat --help:\n%s", help)
+	}
 	text := mustCLI(t, "outbox", "stat", path)
 	if !strings.Contains(text, "pending:    500 records") {
 		t.Fatalf("outbox stat does not print 500 pending:\n%s", text)
@@ -390,7 +393,7 @@ output:
 	time.Sleep(200 * time.Millisecond) // the open is done once the file exists and is locked
 	for _, args := range [][]string{
 		{"outbox", "stat", path},
-		{"outbox", "export", path},
+		{"outbox", "export", path, "-o", filepath.Join(filepath.Dir(path), "export.jsonl")},
 		{"ledger", "stat", path},
 		{"outbox", "purge", path, "--older-than", "1s", "--yes"},
 	} {
@@ -399,6 +402,9 @@ output:
 			t.Fatalf("%v on a locked file: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 		t.Logf("%v on a locked file failed after %s", args, r.took)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(path), "export.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed export left its -o file behind (%v)", err)
 	}
 }
 
