@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -214,6 +215,10 @@ func writeJSONLine(w io.Writer, v any) error {
 }
 
 func outboxExport(c *cli.Context) (err error) {
+	// Records that cannot be read are skipped, so the export salvages
+	// everything else, and reported at the end (the first 100 by seq).
+	var damaged []string
+	ndamaged := 0
 	var dst io.Writer = c.App.Writer
 	if name := c.Path("output"); name != "" {
 		// Never overwrite: the file may be an earlier export of records
@@ -226,8 +231,9 @@ func outboxExport(c *cli.Context) (err error) {
 			if cerr := f.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("outbox export: %w", cerr)
 			}
-			// An incomplete export must not pass for a complete one.
-			if err != nil {
+			// An export cut short must not pass for a complete one; one
+			// that only skipped damaged records says so and stays.
+			if err != nil && len(damaged) == 0 {
 				_ = os.Remove(name)
 			}
 		}()
@@ -249,7 +255,11 @@ func outboxExport(c *cli.Context) (err error) {
 		}
 		return outbox.Each(tx, path, 0, func(r outbox.Record, err error) error {
 			if err != nil {
-				return fmt.Errorf("outbox export: %w; stopped after %d records (an -o file is removed)", err, n)
+				fmt.Fprintf(c.App.ErrWriter, "outbox export: skipping: %v\n", err)
+				if ndamaged++; len(damaged) < 100 {
+					damaged = append(damaged, fmt.Sprint(r.Seq))
+				}
+				return nil
 			}
 			if err := writeJSONLine(out, toJSON(r, true)); err != nil {
 				return fmt.Errorf("outbox export: writing record seq %d: %w", r.Seq, err)
@@ -268,6 +278,9 @@ func outboxExport(c *cli.Context) (err error) {
 		return fmt.Errorf("outbox export: %w", err)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "exported %d records\n", n)
+	if len(damaged) > 0 {
+		return cli.Exit(fmt.Sprintf("outbox export: %d damaged records could not be read and are not in the export (seq %s); every other record is", ndamaged, strings.Join(damaged, ", ")), 1)
+	}
 	return nil
 }
 

@@ -207,6 +207,29 @@ func TestOutboxStatAndListThroughTheBinary(t *testing.T) {
 	}
 }
 
+// The real binary fills an outbox while its broker is unreachable and
+// stops when its input ends; stat then reads all 500 records.
+func TestOutboxStatOfAnOutboxTheBinaryFilledOffline(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "offline.db")
+	p := harness.RunPipeline(t, fmt.Sprintf(`
+http: {enabled: false}
+input:
+  generate: {count: 500, interval: "", mapping: 'root = {"n": counter()}'}
+output:
+  reliable_mqtt_out:
+    urls: [ "tcp://127.0.0.1:1" ]
+    topic: readings
+    outbox: {path: %q}
+`, path), harness.ProcOptions{})
+	if code, err := p.Wait(60 * time.Second); err != nil || code != 0 {
+		t.Fatalf("the offline run: exit %d, %v", code, err)
+	}
+	if out := mustCLI(t, "outbox", "stat", path); !strings.Contains(out, "pending:    500 records") {
+		t.Fatalf("outbox stat after 500 offline writes:\n%s", out)
+	}
+}
+
 // Every record of a 100k outbox comes out of export exactly as it went in,
 // including payloads that are not UTF-8.
 func TestOutboxExportRoundTrips100kRecords(t *testing.T) {
@@ -573,5 +596,44 @@ func TestOutboxExportShowsProgressOnATerminal(t *testing.T) {
 	r := inspectCLI(t, "outbox", "export", path, "-o", filepath.Join(dir, "pipe.jsonl"))
 	if r.code != 0 || strings.Contains(r.stderr, "exporting") {
 		t.Fatalf("export to a pipe: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// A damaged record inside a healthy outbox is skipped and named; export
+// salvages every other record and exits 1, list shows the gap.
+func TestOutboxExportSkipsAndNamesADamagedRecord(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "outbox.db")
+	fillOutbox(t, path, 1, 10, 1, textPayload)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		var k [8]byte
+		k[7] = 4 // seq 4
+		return tx.Bucket([]byte("outbox/records")).Put(k[:], []byte{0x09, 0x01})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	out := filepath.Join(dir, "salvage.jsonl")
+	r := inspectCLI(t, "outbox", "export", path, "-o", out)
+	if r.code != 1 || !strings.Contains(r.stderr, "1 damaged records could not be read and are not in the export (seq 4)") || !strings.Contains(r.stderr, "exported 9 records") {
+		t.Fatalf("export with a damaged record: exit %d\n%s", r.code, r.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("the salvage export is gone: %v", err)
+	}
+	if n := strings.Count(string(data), "\n"); n != 9 || strings.Contains(string(data), `"ev-4"`) {
+		t.Fatalf("salvage export has %d lines:\n%s", n, data)
+	}
+	if list := mustCLI(t, "outbox", "list", path); !strings.Contains(list, "4    (damaged: ") {
+		t.Fatalf("list does not show the damaged record:\n%s", list)
+	}
+	if r := inspectCLI(t, "outbox", "list", path, "--json"); r.code == 0 || !strings.Contains(r.stderr, "record seq 4") {
+		t.Fatalf("list --json over a damaged record: exit %d, %s", r.code, r.stderr)
 	}
 }
