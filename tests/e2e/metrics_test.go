@@ -3,6 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,5 +190,39 @@ metrics:
 	}
 	if v, _, ok := received("edge-2"); !ok || v != 7 {
 		t.Fatalf("after shutdown the Pushgateway holds input_received %v (present %v) for edge-2, want 7", v, ok)
+	}
+}
+
+// In streams mode each stream's metrics carry its name in a `stream` label.
+func TestPrometheusStreamLabelInStreamsMode(t *testing.T) {
+	dir := t.TempDir()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(harness.FreePort(t)))
+	root := filepath.Join(dir, "root.yaml")
+	stream := filepath.Join(dir, "sensors.yaml")
+	if err := os.WriteFile(root, []byte(fmt.Sprintf("http:\n  address: %s\nmetrics:\n  prometheus: {}\n", addr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stream, []byte("input:\n  generate: {interval: 50ms, mapping: 'root = \"x\"'}\noutput:\n  drop: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(harness.Binary(t), "streams", "-o", root, stream)
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	var got float64
+	if !slowPoll(30*time.Second, func() bool {
+		fams, err := harness.ScrapeMetrics("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		got, _ = harness.MetricSum(fams, "input_received", map[string]string{"stream": "sensors"})
+		return got > 0
+	}) {
+		t.Fatalf("no input_received{stream=\"sensors\"} > 0 at /metrics within 30s (last %v)", got)
 	}
 }
