@@ -41,7 +41,7 @@ func spec() *service.ConfigSpec {
 		Stable().
 		Summary("Serves every metric in the Prometheus text format at `/metrics` on the HTTP server, and optionally pushes them to a Pushgateway.").
 		Description(`
-Counters and gauges keep their names; timers (names ending in ` + "`_ns`" + `) become summaries of nanoseconds (quantiles 0.5, 0.9, 0.99), or with ` + "`use_histogram_timing`" + ` histograms of seconds. Benthos's labels (` + "`label`" + `, ` + "`path`" + `, ` + "`stream`" + `) and the plugins' own (` + "`reason`" + `) become Prometheus labels. A character Prometheus does not allow in a name becomes ` + "`_`" + `.
+Counters and gauges keep their names; timers (such as ` + "`output_latency_ns`" + `) become summaries of nanoseconds (quantiles 0.5, 0.9, 0.99), or with ` + "`use_histogram_timing`" + ` histograms of seconds. Benthos's labels (` + "`label`" + `, ` + "`path`" + `, and ` + "`stream`" + ` in streams mode) and the plugins' own (` + "`reason`" + `) become Prometheus labels. A character Prometheus does not allow in a name becomes ` + "`_`" + `.
 
 The endpoint is Benthos's HTTP server (` + "`http.address`" + `, default ` + "`0.0.0.0:4195`" + `), which must be enabled. A device that cannot be scraped (behind NAT) sets ` + "`push_url`" + `: the metrics are then also pushed every ` + "`push_interval`" + ` and once more at shutdown.`).
 		Field(service.NewBoolField(fieldUseHistogramTiming).
