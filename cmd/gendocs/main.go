@@ -19,6 +19,7 @@ var Plugins = map[string]string{
 	"reliable_mqtt_out": "output",
 	"reliable_mqtt_in":  "input",
 	"dedup_ledger":      "processor",
+	"prometheus":        "metrics",
 }
 
 // Render returns the markdown page of every registered plugin, by file name.
@@ -41,6 +42,7 @@ func Render() (map[string][]byte, error) {
 	env.WalkOutputs(add("output"))
 	env.WalkInputs(add("input"))
 	env.WalkProcessors(add("processor"))
+	env.WalkMetrics(add("metrics"))
 	return pages, firstErr
 }
 

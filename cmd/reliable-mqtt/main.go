@@ -11,6 +11,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure/extended"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/inspect"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/all"
 )
 
@@ -22,5 +23,6 @@ func main() {
 		service.CLIOptSetBinaryName("reliable-mqtt"),
 		service.CLIOptSetProductName("reliable-mqtt"),
 		service.CLIOptSetVersion(Version, ""),
+		service.CLIOptAddCommand(inspect.OutboxCommand()), service.CLIOptAddCommand(inspect.LedgerCommand()),
 	)
 }

@@ -20,7 +20,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -185,32 +184,12 @@ func open(path string) (*bolt.DB, error) {
 
 // inspect opens an existing file read-only and checks it is an intact
 // reliable-mqtt database.
-func inspect(path string, size int64) (err error) {
-	if err := checkFirstPage(path, size); err != nil {
+func inspect(path string, size int64) error {
+	db, err := openChecked(path, size, lockTimeout)
+	if err != nil {
 		return err
 	}
-	// A damaged file can make bbolt read past the end of its memory map;
-	// turn that fault into an error instead of a crash.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("bbolt file %s is damaged (%v); refusing to touch it: restore it from a backup or move it away", path, r)
-		}
-	}()
-
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
-	if err != nil {
-		return openError(path, err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		// Every page the database references lies below its high-water
-		// mark; a file shorter than that was truncated.
-		if tx.Size() > size {
-			return fmt.Errorf("bbolt file %s is truncated: it is %d bytes but its metadata needs %d; refusing to touch it: restore it from a backup or move it away", path, size, tx.Size())
-		}
-		return checkMarker(tx, path)
-	})
+	return db.Close()
 }
 
 // checkFirstPage refuses a file whose first meta page names a page size

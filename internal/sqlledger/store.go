@@ -136,7 +136,11 @@ func (c *Config) setDefaults() {
 // Open connects, checks that the database answers, and creates the ledger
 // table and its applied_at index if missing. An existing table must have
 // the ledger's columns.
-func Open(ctx context.Context, c Config) (*Store, error) {
+func Open(ctx context.Context, c Config) (*Store, error) { return connect(ctx, c, true) }
+
+// connect connects; with create it creates the table and index if missing,
+// without it only checks that the table is a ledger table.
+func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	d, ok := dialects[c.Driver]
 	if !ok {
 		return nil, fmt.Errorf("sqlledger: sql.driver %q is not supported: use %q or %q", c.Driver, SQLite, Postgres)
@@ -171,7 +175,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlledger: connect to %s: %w; check sql.dsn and that the database is reachable", where, err)
 	}
-	if err := s.createSchema(cctx); err != nil {
+	check := s.createSchema
+	if !create {
+		check = s.checkColumns
+	}
+	if err := check(cctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlledger: %s: %w", where, err)
 	}

@@ -1,9 +1,10 @@
-// Package all registers every reliable-mqtt plugin with Benthos. Import it
-// for its side effects.
+// Package all registers every reliable-mqtt plugin (and the prometheus
+// metrics exporter) with Benthos. Import it for its side effects.
 package all
 
 import (
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/ledger"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttin"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/prommetrics"
 )

@@ -1,0 +1,83 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+)
+
+// Read-only views for tools (`reliable-mqtt ledger ...`). They work inside
+// a transaction the caller opened, typically on a file opened with
+// boltfile.OpenReadOnly, and never write.
+
+// ErrNoLedger means the file holds no dedup ledger (e.g. an outbox-only file).
+var ErrNoLedger = errors.New("no dedup ledger in this file")
+
+// Summary is a ledger as stored in its file.
+type Summary struct {
+	Keys   int64
+	Oldest time.Time // earliest applied time still kept; zero if empty
+	Newest time.Time // latest applied time; zero if empty
+	// Damaged counts entries moved aside as damaged; nil while this build
+	// keeps no such count.
+	Damaged *int
+}
+
+// Entry is what the ledger holds for one key.
+type Entry struct {
+	Applied bool
+	At      time.Time
+	Hash    [32]byte // SHA-256 of the payload
+}
+
+func ledgerBuckets(tx *bolt.Tx, path string) (keys, times, meta *bolt.Bucket, err error) {
+	keys, times, meta = tx.Bucket(bucketKeys), tx.Bucket(bucketTime), tx.Bucket(bucketMeta)
+	if keys == nil || times == nil || meta == nil {
+		return nil, nil, nil, fmt.Errorf("dedup ledger file %s: %w (buckets %q, %q and %q are missing)", path, ErrNoLedger, bucketKeys, bucketTime, bucketMeta)
+	}
+	return keys, times, meta, nil
+}
+
+// Summarize reads the stored key count and the two ends of the retention
+// index. O(1).
+func Summarize(tx *bolt.Tx, path string) (Summary, error) {
+	_, times, meta, err := ledgerBuckets(tx, path)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := Summary{Keys: int64(boltfile.Uint64(meta, keyCount))}
+	c := times.Cursor()
+	if k, _ := c.First(); len(k) >= 8 {
+		s.Oldest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+	}
+	if k, _ := c.Last(); len(k) >= 8 {
+		s.Newest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+	}
+	return s, nil
+}
+
+// LookupIn reads key's entry inside tx.
+func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
+	keys, _, _, err := ledgerBuckets(tx, path)
+	if err != nil {
+		return Entry{}, err
+	}
+	k, err := key.encode()
+	if err != nil {
+		return Entry{}, err
+	}
+	v := keys.Get(k)
+	if v == nil {
+		return Entry{}, nil
+	}
+	at, hash, err := decodeValue(v)
+	if err != nil {
+		return Entry{}, fmt.Errorf("dedup ledger file %s: key %s: %w", path, key, err)
+	}
+	return Entry{Applied: true, At: at, Hash: hash}, nil
+}
