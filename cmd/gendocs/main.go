@@ -19,6 +19,7 @@ var Plugins = map[string]string{
 	"reliable_mqtt_out": "output",
 	"reliable_mqtt_in":  "input",
 	"dedup_ledger":      "processor",
+	"sql_query":         "processor",
 }
 
 // Render returns the markdown page of every registered plugin, by file name.

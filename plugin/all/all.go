@@ -6,4 +6,5 @@ import (
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/ledger"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttin"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/sqlquery"
 )
