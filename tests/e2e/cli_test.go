@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,50 +44,5 @@ func TestCLIListsLintsAndEchoesWithOurPlugins(t *testing.T) {
 	echo := runCLI(t, "-c", filepath.Join("config", "bridge.yaml"), "echo")
 	if !strings.Contains(echo, "reliable_mqtt_in:") || !strings.Contains(echo, "ack_topic: reliable/acks") {
 		t.Fatalf("`echo` of the bridge config:\n%s", echo)
-	}
-}
-
-// The README's quickstart command: publisher, bridge and consumer in one
-// process on two embedded brokers. Readings must come out of the consumer
-// and the publisher's outbox must report confirmations.
-func TestQuickstartDeliversEndToEndOnEmbeddedBrokers(t *testing.T) {
-	root := harness.ModuleRoot(t)
-	dir := t.TempDir()
-	cmd := exec.Command(harness.Binary(t), "streams", "--no-api",
-		"-o", filepath.Join(root, "resources", "quickstart-root.yaml"),
-		filepath.Join(root, "config", "publisher.yaml"),
-		filepath.Join(root, "config", "bridge.yaml"),
-		filepath.Join(root, "config", "consumer.yaml"))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PUBLISH_INTERVAL=50ms", "STATS_INTERVAL=1s")
-	logs := &harness.LogBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	// Bounds Wait below: once the process is gone, pipes a leftover child
-	// still holds are closed after this long instead of waited for.
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("the quickstart did not stop within 15 s of SIGTERM")
-		}
-		if t.Failed() {
-			t.Logf("quickstart log:\n%s", logs.String())
-		}
-	}()
-	harness.Eventually(t, 60*time.Second, "readings delivered to the consumer and confirmed at the publisher", func() bool {
-		return strings.Count(logs.String(), "delivered event ") >= 10 &&
-			strings.Contains(logs.String(), "confirmed in the last")
-	})
-	if _, err := os.Stat(filepath.Join(dir, "reliable-mqtt-data", "publisher-outbox.db")); err != nil {
-		t.Fatalf("the publisher's outbox file is missing: %v", err)
 	}
 }
