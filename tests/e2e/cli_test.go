@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -44,5 +46,84 @@ func TestCLIListsLintsAndEchoesWithOurPlugins(t *testing.T) {
 	echo := runCLI(t, "-c", filepath.Join("config", "bridge.yaml"), "echo")
 	if !strings.Contains(echo, "reliable_mqtt_in:") || !strings.Contains(echo, "ack_topic: reliable/acks") {
 		t.Fatalf("`echo` of the bridge config:\n%s", echo)
+	}
+}
+
+var (
+	httpSection   = regexp.MustCompile(`(?m)^http:[ \t]*\n((?:[ \t]+.*\n)*)`)
+	httpLoopback  = regexp.MustCompile(`(?m)^[ \t]+address:[ \t]*"?127\.0\.0\.1:(\d+)"?[ \t]*$`)
+	httpDisabled  = regexp.MustCompile(`(?m)^[ \t]+enabled:[ \t]*false[ \t]*$`)
+	httpByCommand = regexp.MustCompile(`-s http\.address=127\.0\.0\.1:(\d+)`)
+)
+
+// Every example in config/ can run beside the others on one host: its HTTP
+// server is off, or on 127.0.0.1 with a port no other example uses. A
+// stream file of the quickstart may not have an http section (streams mode
+// refuses it), so its header documents the -s flag that does the same; the
+// flag is checked to work with that file.
+func TestExampleConfigsListenOnLoopbackOnTheirOwnPorts(t *testing.T) {
+	configs, err := filepath.Glob(filepath.Join(harness.ModuleRoot(t), "config", "*.yaml"))
+	if err != nil || len(configs) == 0 {
+		t.Fatalf("no configs: %v", err)
+	}
+	ports := map[string]string{}
+	for _, path := range configs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, text := filepath.Base(path), string(b)
+		port := ""
+		if sec := httpSection.FindStringSubmatch(text); sec != nil {
+			if m := httpLoopback.FindStringSubmatch(sec[1]); m != nil {
+				port = m[1]
+			} else if !httpDisabled.MatchString(sec[1]) {
+				t.Errorf("%s: http section neither disabled nor on 127.0.0.1:<port>:\n%s", name, sec[0])
+				continue
+			}
+		} else if m := httpByCommand.FindStringSubmatch(text); m != nil {
+			port = m[1]
+			runCLI(t, "-c", path, "-s", "http.address=127.0.0.1:"+port, "lint")
+		} else {
+			t.Errorf("%s: no http section and no documented -s http.address=127.0.0.1:<port>", name)
+			continue
+		}
+		if port == "" {
+			continue
+		}
+		if other, ok := ports[port]; ok {
+			t.Errorf("%s and %s both use port %s", name, other, port)
+		}
+		ports[port] = name
+	}
+}
+
+// `reliable-mqtt test` passes on every run for every config with unit
+// tests: a test must not depend on what an earlier run left in a ledger.
+func TestExampleConfigUnitTestsPassOnEveryRun(t *testing.T) {
+	root := harness.ModuleRoot(t)
+	configs, err := filepath.Glob(filepath.Join(root, "config", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() // the working directory, where relative data paths land
+	for _, path := range configs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m)^tests:`).Match(b) {
+			continue
+		}
+		for run := 1; run <= 3; run++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			cmd := exec.CommandContext(ctx, harness.Binary(t), "test", path)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if err != nil {
+				t.Fatalf("run %d of `reliable-mqtt test %s` failed: %v\n%s", run, filepath.Base(path), err, out)
+			}
+		}
 	}
 }
