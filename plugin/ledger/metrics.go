@@ -14,7 +14,7 @@ type metrics struct {
 
 func newMetrics(mgr *service.Resources, s settings) *metrics {
 	m := mgr.Metrics()
-	sum := &summary{log: mgr.Logger(), flag: s.flag}
+	sum := &summary{log: mgr.Logger(), flag: s.flag, every: summaryInterval}
 	return &metrics{
 		passed:     tally{m.NewCounter("dedup_ledger_passed"), func(n int64) { sum.add(n, 0) }},
 		duplicates: tally{m.NewCounter("dedup_ledger_duplicates"), func(n int64) { sum.add(0, n) }},

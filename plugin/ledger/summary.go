@@ -15,8 +15,9 @@ const summaryInterval = 10 * time.Second
 // timer is armed by the first count of an interval, so an idle processor
 // logs nothing and holds no goroutine.
 type summary struct {
-	log  *service.Logger
-	flag bool // on_duplicate: flag (duplicates are passed on, not dropped)
+	log   *service.Logger
+	flag  bool          // on_duplicate: flag (duplicates are passed on, not dropped)
+	every time.Duration // summaryInterval; tests shorten it
 
 	mu           sync.Mutex
 	passed, dups int64
@@ -30,7 +31,7 @@ func (s *summary) add(passed, dups int64) {
 	s.dups += dups
 	if !s.armed {
 		s.armed = true
-		time.AfterFunc(summaryInterval, s.flush)
+		time.AfterFunc(s.every, s.flush)
 	}
 }
 
@@ -43,7 +44,7 @@ func (s *summary) flush() {
 	if s.flag {
 		verb = "flagged"
 	}
-	s.log.Infof("dedup_ledger: %d passed, %d duplicates %s in the last %s", passed, dups, verb, summaryInterval)
+	s.log.Infof("dedup_ledger: %d passed, %d duplicates %s in the last %s", passed, dups, verb, s.every)
 }
 
 // tally is a metric counter that also feeds the summary.
