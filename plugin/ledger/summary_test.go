@@ -1,38 +1,21 @@
 package ledger
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The summary logs once per interval in which something was counted, with
 // that interval's figures, and nothing while idle.
 func TestSummaryLogsCountsOfAnIntervalAndNothingWhenIdle(t *testing.T) {
-	var out syncBuffer
-	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(&out, nil)))
+	out := &harness.LogBuffer{}
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(out, nil)))
 	s := &summary{log: log, every: 100 * time.Millisecond}
 	s.add(3, 0)
 	s.add(0, 2)
