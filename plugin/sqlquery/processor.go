@@ -45,7 +45,7 @@ func processorSpec() *service.ConfigSpec {
 		Categories("Integration").
 		Summary("Runs one SQL statement per message; a statement that returns rows replaces the message with them as a JSON array of objects.").
 		Description(`
-Each message runs `+"`query`"+` once, in its own implicit transaction, with the arguments its `+"`args_mapping`"+` returns. If the statement returns columns (a `+"`SELECT`"+`, or `+"`RETURNING`"+`), the message becomes a JSON array with one object per row, keyed by column name; otherwise the message is unchanged. A failing statement flags the message with the database's error.
+Each message runs `+"`query`"+` once, in its own implicit transaction, with the arguments its `+"`args_mapping`"+` returns. If the statement returns columns (a `+"`SELECT`"+`, or `+"`RETURNING`"+`), the message becomes a JSON array with one object per row, keyed by column name; otherwise the message is unchanged. The whole result is held in memory: bound it (`+"`LIMIT`"+`). A failing statement flags the message with the database's error.
 
 This is not part of the delivery guarantee: the statement commits on its own, not with the ledger. For an effect that must happen exactly once, use `+"`dedup_ledger`"+`'s `+"`sql.apply`"+`, which commits the statements with the ledger row; use this processor to read back what they wrote, or for counters where a repeat after a crash does not matter.
 
@@ -145,15 +145,15 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if err := p.db.PingContext(ctx); err != nil {
+		p.db.Close()
+		return nil, fmt.Errorf("sql_query: connect to %s: %w; check dsn", p.where, err)
+	}
 	for i, st := range inits {
 		if _, err := p.db.ExecContext(ctx, st); err != nil {
 			p.db.Close()
 			return nil, fmt.Errorf("sql_query: %s: init_statements[%d]: %w", p.where, i, err)
 		}
-	}
-	if err := p.db.PingContext(ctx); err != nil {
-		p.db.Close()
-		return nil, fmt.Errorf("sql_query: connect to %s: %w; check dsn", p.where, err)
 	}
 	return p, nil
 }
