@@ -99,7 +99,8 @@ func TestExampleConfigsListenOnLoopbackOnTheirOwnPorts(t *testing.T) {
 }
 
 // `reliable-mqtt test` passes on every run for every config with unit
-// tests: a test must not depend on what an earlier run left in a ledger.
+// tests, in one working directory: a test must not depend on what an
+// earlier run left in a ledger.
 func TestExampleConfigUnitTestsPassOnEveryRun(t *testing.T) {
 	root := harness.ModuleRoot(t)
 	configs, err := filepath.Glob(filepath.Join(root, "config", "*.yaml"))
@@ -107,6 +108,7 @@ func TestExampleConfigUnitTestsPassOnEveryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir() // the working directory, where relative data paths land
+	tested := 0
 	for _, path := range configs {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -115,15 +117,19 @@ func TestExampleConfigUnitTestsPassOnEveryRun(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^tests:`).Match(b) {
 			continue
 		}
+		tested++
 		for run := 1; run <= 3; run++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			cmd := exec.CommandContext(ctx, harness.Binary(t), "test", path)
 			cmd.Dir = dir
 			out, err := cmd.CombinedOutput()
 			cancel()
-			if err != nil {
+			if err != nil || !strings.Contains(string(out), "Test '"+path+"' succeeded") {
 				t.Fatalf("run %d of `reliable-mqtt test %s` failed: %v\n%s", run, filepath.Base(path), err, out)
 			}
 		}
+	}
+	if tested < 2 {
+		t.Fatalf("%d configs with unit tests in config/, want ledger_notify.yaml and ledger_relay.yaml at least", tested)
 	}
 }
