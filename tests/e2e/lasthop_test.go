@@ -81,7 +81,7 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 
 	// Readings reach the outbox in order either way; 64 writes in flight
 	// share fsyncs, so the publisher is not what the test measures.
-	pub := mustReplace(t, shippedConfig(t, "publisher.yaml"), "max_in_flight: 1\n", "max_in_flight: 64\n")
+	pub := mustReplace(t, shippedConfig(t, "publisher.yaml"), "max_in_flight: 1 ", "max_in_flight: 64 ")
 	bridge, consumer := shippedConfig(t, "bridge.yaml"), shippedConfig(t, "consumer.yaml")
 	if !endToEnd {
 		bridge = mustReplace(t, bridge, "    confirm: end_to_end\n", "    confirm: broker\n    envelope: delivery\n")
