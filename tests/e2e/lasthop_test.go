@@ -37,8 +37,9 @@ const lastHopDefault = 10_000
 // The issue that asked for it sent 200,000 readings. The end-to-end chain
 // moves at the consumer's pace (about 280 readings/s here on two shared
 // cores), so ./tests/run uses 10,000 per variant (under a minute for
-// both); LASTHOP_MESSAGES=200000 runs the full figure (the broker variant
-// took 6m38s here and lost 158,635 of the 200,000).
+// both); LASTHOP_MESSAGES=200000 runs the full figure (here the broker
+// variant took 6m38s and lost 158,635 of the 200,000; the end-to-end
+// variant took 13m46s and applied all 200,000, once each).
 func TestLastHop(t *testing.T) {
 	n := lastHopDefault
 	if s := os.Getenv(LastHopMessagesEnv); s != "" {
