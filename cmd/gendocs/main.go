@@ -20,6 +20,7 @@ var Plugins = map[string]string{
 	"reliable_mqtt_in":  "input",
 	"dedup_ledger":      "processor",
 	"prometheus":        "metrics",
+	"sql_query":         "processor",
 }
 
 // Render returns the markdown page of every registered plugin, by file name.

@@ -7,4 +7,5 @@ import (
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttin"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/prommetrics"
+	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/sqlquery"
 )

@@ -37,7 +37,7 @@ func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processo
 	if err != nil {
 		return nil, err
 	}
-	p := &processor{common: common{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}, l: l}
+	p := &processor{common: common{s: s, log: mgr.Logger(), m: newMetrics(mgr, s)}, l: l}
 	p.m.keys.Set(l.Stats().Keys)
 	return p, nil
 }

@@ -45,7 +45,7 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 	if err := mkdirForSQLite(s.sql.cfg); err != nil {
 		return nil, err
 	}
-	m := newMetrics(mgr.Metrics())
+	m := newMetrics(mgr, s)
 	log := mgr.Logger()
 	// Open is bounded by connect_timeout; Benthos gives constructors no context.
 	sh, err := openShared(context.Background(), s.sql, s.retention, func(n int64) { m.keys.Set(n) }, log.Errorf)

@@ -297,9 +297,14 @@ func (i *input) Connect(ctx context.Context) error {
 		return service.ErrEndOfInput
 	}
 	if i.client == nil {
+		resumed := &resumeLog{s: &i.s, log: i.log}
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
-			OnMessage: i.in.onMessage,
+			OnMessage: func(conn *mqttclient.Conn, msg paho.Message) {
+				resumed.onMessage(conn, msg)
+				i.in.onMessage(conn, msg)
+			},
 			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+				resumed.onConnect(conn)
 				return conn.Subscribe(ctx, i.s.subs.brokerFilters(i.s.qos))
 			},
 		}, mqttclient.Options{ManualAck: true, Logger: i.log})

@@ -74,6 +74,7 @@ func (o *output) Connect(ctx context.Context) error {
 			}
 		}
 		o.ob = ob
+		logResume(o.log, ob)
 	}
 	// A stable client ID names a session worth keeping: ACKs that arrive
 	// while we are disconnected wait for us at the broker.

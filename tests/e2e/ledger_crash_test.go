@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -128,7 +127,7 @@ func TestLedgerRandomCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 	relay := ledgerRelay{inURL: m.URL(), outURL: m.URL(), clientID: clientID, dbPath: "consumer.db", withLedger: true, outbox: true}
 	p := harness.RunPipeline(t, relay.yaml(), harness.ProcOptions{Dir: dir})
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	rng := testRand(t, 7)
 	stream := dupStream(rng, n)
 	published := publishStream(t, m.URL(), stream, 25, 60*time.Millisecond)
 	for k := range kills {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -41,7 +40,7 @@ func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
 		extra: []string{"envelope: delivery"}}
 	p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := testRand(t, 1)
 	for k := 1; k <= kills; k++ {
 		// Kill only once this run is writing, so every kill lands mid-stream.
 		if !p.WaitForLog("ACCEPTED ", 30*time.Second) {

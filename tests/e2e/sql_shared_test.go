@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +37,7 @@ func TestSQLSharedSubscriptionCrashLoopCountsExactly(t *testing.T) {
 	}
 	procs := runConsumers(t, cfgs)
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	rng := testRand(t, 11)
 	stream := dupStream(rng, n)
 	published := publishStream(t, m.URL(), stream, 20, 50*time.Millisecond)
 

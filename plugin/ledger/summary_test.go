@@ -1,0 +1,42 @@
+package ledger
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
+
+// The summary logs once per interval in which something was counted, with
+// that interval's figures, and nothing while idle.
+func TestSummaryLogsCountsOfAnIntervalAndNothingWhenIdle(t *testing.T) {
+	out := &harness.LogBuffer{}
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(out, nil)))
+	s := &summary{log: log, every: 100 * time.Millisecond}
+	s.add(3, 0)
+	s.add(0, 2)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "passed") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "dedup_ledger: 3 passed, 2 duplicates dropped in the last 100ms") {
+		t.Fatalf("first summary: %q", out.String())
+	}
+	time.Sleep(300 * time.Millisecond) // three idle intervals
+	if n := strings.Count(out.String(), "passed"); n != 1 {
+		t.Fatalf("%d summary lines after an idle period, want 1:\n%s", n, out.String())
+	}
+	s.flag = true
+	s.add(1, 0)
+	deadline = time.Now().Add(5 * time.Second)
+	for strings.Count(out.String(), "passed") < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "dedup_ledger: 1 passed, 0 duplicates flagged in the last 100ms") {
+		t.Fatalf("second summary: %q", out.String())
+	}
+}

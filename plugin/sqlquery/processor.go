@@ -1,0 +1,245 @@
+// Package sqlquery is the sql_query processor: it runs one SQL statement
+// per message against SQLite or PostgreSQL and, when the statement returns
+// rows, replaces the message with them. Benthos's core bundles have no SQL
+// component; this one exists so that a pipeline can read back what a
+// dedup_ledger's `apply` statements wrote (the quickstart's report) and
+// keep small counters beside it.
+package sqlquery
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+)
+
+const (
+	fieldDriver = "driver"
+	fieldDSN    = "dsn"
+	fieldInit   = "init_statements"
+	fieldQuery  = "query"
+	fieldArgs   = "args_mapping"
+
+	driverSQLite   = "sqlite"
+	driverPostgres = "postgres"
+)
+
+// timeout bounds one statement (and the connection check at start):
+// Benthos hands processors contexts without deadline.
+const timeout = 10 * time.Second
+
+func processorSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Integration").
+		Summary("Runs one SQL statement per message; a statement that returns rows replaces the message with them as a JSON array of objects.").
+		Description(`
+Each message runs `+"`query`"+` once, in its own implicit transaction, with the arguments its `+"`args_mapping`"+` returns. If the statement returns columns (a `+"`SELECT`"+`, or `+"`RETURNING`"+`), the message becomes a JSON array with one object per row, keyed by column name; otherwise the message is unchanged. The whole result is held in memory: bound it (`+"`LIMIT`"+`). A failing statement flags the message with the database's error.
+
+This is not part of the delivery guarantee: the statement commits on its own, not with the ledger. For an effect that must happen exactly once, use `+"`dedup_ledger`"+`'s `+"`sql.apply`"+`, which commits the statements with the ledger row; use this processor to read back what they wrote, or for counters where a repeat after a crash does not matter.
+
+SQLite files are opened with a 5 s busy timeout, so a reader waits while a `+"`dedup_ledger`"+` of the same file commits.`).
+		Fields(
+			service.NewStringEnumField(fieldDriver, driverSQLite, driverPostgres).
+				Description("The database: `sqlite` (a file, pure Go) or `postgres`.").
+				Default(driverSQLite),
+			service.NewStringField(fieldDSN).
+				Description("The SQLite file path, or a PostgreSQL URL.").
+				Example("./data/consumer.db").Example("postgres://user:pass@127.0.0.1:5432/app"),
+			service.NewStringListField(fieldInit).
+				Description("Statements run once at start, e.g. `CREATE TABLE IF NOT EXISTS`.").
+				Default([]any{}),
+			service.NewStringField(fieldQuery).
+				Description("The statement; `?` placeholders for SQLite, `$1`… for PostgreSQL.").
+				Example("SELECT run_id, COUNT(*) AS applied FROM readings GROUP BY run_id"),
+			service.NewBloblangField(fieldArgs).
+				Description("A mapping returning the array of arguments for the placeholders.").
+				Optional().
+				Example(`root = [ this.run_id ]`),
+		).
+		Example("Read back a table", "Every 5 s, count rows per run and log them.", `
+input:
+  generate:
+    interval: 5s
+    mapping: root = {}
+pipeline:
+  processors:
+    - sql_query:
+        dsn: ./data/consumer.db
+        query: SELECT run_id, COUNT(*) AS applied FROM readings GROUP BY run_id
+    - unarchive: { format: json_array }
+    - log:
+        message: 'run ${! this.run_id }: ${! this.applied } applied'
+output:
+  drop: {}
+`)
+}
+
+func init() {
+	err := service.RegisterBatchProcessor("sql_query", processorSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchProcessor, error) {
+			return newProcessor(conf)
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+type processor struct {
+	db    *sql.DB
+	where string // driver and DSN path, for errors
+	query string
+	args  *bloblang.Executor // nil: no arguments
+}
+
+func newProcessor(conf *service.ParsedConfig) (*processor, error) {
+	driver, err := conf.FieldString(fieldDriver)
+	if err != nil {
+		return nil, err
+	}
+	dsn, err := conf.FieldString(fieldDSN)
+	if err != nil {
+		return nil, err
+	}
+	p := &processor{}
+	if p.query, err = conf.FieldString(fieldQuery); err != nil {
+		return nil, err
+	}
+	if conf.Contains(fieldArgs) {
+		if p.args, err = conf.FieldBloblang(fieldArgs); err != nil {
+			return nil, err
+		}
+	}
+	inits, err := conf.FieldStringList(fieldInit)
+	if err != nil {
+		return nil, err
+	}
+	sqlDriver, openDSN := "pgx", dsn
+	p.where = "postgres database"
+	if driver == driverSQLite {
+		sqlDriver, p.where = "sqlite", "SQLite file "+dsn
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		openDSN = dsn + sep + "_pragma=busy_timeout(5000)"
+		// Like dedup_ledger: whichever opens the file first creates it.
+		path, _, _ := strings.Cut(dsn, "?")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("sql_query: creating the directory of SQLite file %s: %w", path, err)
+		}
+	}
+	if p.db, err = sql.Open(sqlDriver, openDSN); err != nil {
+		return nil, fmt.Errorf("sql_query: open %s: %w; check dsn", p.where, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := p.db.PingContext(ctx); err != nil {
+		p.db.Close()
+		return nil, fmt.Errorf("sql_query: connect to %s: %w; check dsn", p.where, err)
+	}
+	for i, st := range inits {
+		if _, err := p.db.ExecContext(ctx, st); err != nil {
+			p.db.Close()
+			return nil, fmt.Errorf("sql_query: %s: init_statements[%d]: %w", p.where, i, err)
+		}
+	}
+	return p, nil
+}
+
+func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	for i, msg := range batch {
+		if err := p.run(ctx, batch, i); err != nil {
+			msg.SetError(fmt.Errorf("sql_query: %s: %w", p.where, err))
+		}
+	}
+	return []service.MessageBatch{batch}, nil
+}
+
+func (p *processor) run(ctx context.Context, batch service.MessageBatch, i int) error {
+	var args []any
+	if p.args != nil {
+		var err error
+		if args, err = argsOf(batch, i, p.args); err != nil {
+			return fmt.Errorf("args_mapping: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rows, err := p.db.QueryContext(ctx, p.query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil || len(cols) == 0 {
+		return err
+	}
+	out := []any{}
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for k := range vals {
+			ptrs[k] = &vals[k]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		row := make(map[string]any, len(cols))
+		for k, c := range cols {
+			if b, ok := vals[k].([]byte); ok {
+				vals[k] = string(b)
+			}
+			row[c] = vals[k]
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	batch[i].SetStructuredMut(out)
+	return nil
+}
+
+// argsOf runs the args mapping; its result must be an array.
+func argsOf(batch service.MessageBatch, i int, exec *bloblang.Executor) ([]any, error) {
+	res, err := batch.BloblangQuery(i, exec)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, errors.New("the mapping deleted the message; it must return an array of arguments")
+	}
+	v, err := res.AsStructured()
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("the result must be an array of arguments, got %T", v)
+	}
+	for k, a := range arr {
+		if n, ok := a.(json.Number); ok {
+			// A driver would send json.Number as text.
+			if iv, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+				arr[k] = iv
+			} else if fv, err := strconv.ParseFloat(string(n), 64); err == nil {
+				arr[k] = fv
+			}
+		}
+	}
+	return arr, nil
+}
+
+func (p *processor) Close(context.Context) error { return p.db.Close() }
