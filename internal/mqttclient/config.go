@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -69,7 +72,7 @@ func ConnectionFields() []*service.ConfigField {
 			Description("Password for the broker.").Default("").Secret().Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewDurationField(FieldKeepAlive).
-			Description("MQTT keepalive: the interval of PINGREQs on an idle connection.").
+			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
 			Default("30s").Advanced(),
 		service.NewDurationField(FieldConnectTimeout).
 			Description("How long one connection attempt (TCP, TLS and CONNACK) may take.").
@@ -106,7 +109,7 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	if tlsOn {
 		c.TLS = tlsConf
 	}
-	if c.KeepAlive, err = pc.FieldDuration(FieldKeepAlive); err != nil {
+	if c.KeepAlive, err = parseKeepAlive(pc); err != nil {
 		return c, err
 	}
 	if c.ConnectTimeout, err = pc.FieldDuration(FieldConnectTimeout); err != nil {
@@ -168,4 +171,34 @@ func (c Config) Validate() error {
 		return errors.New("connect_timeout must be positive")
 	}
 	return c.Reconnect.check(FieldReconnect)
+}
+
+// parseKeepAlive reads keepalive as a duration ("30s") or, as users of
+// Benthos's mqtt components write it, a whole number of seconds (30).
+func parseKeepAlive(pc *service.ParsedConfig) (time.Duration, error) {
+	raw, err := pc.FieldString(FieldKeepAlive)
+	if err != nil {
+		return 0, err
+	}
+	if secs, err := strconv.Atoi(raw); err == nil {
+		if secs < 0 {
+			return 0, fmt.Errorf("keepalive: %d seconds is negative", secs)
+		}
+		return time.Duration(secs) * time.Second, nil
+	}
+	return pc.FieldDuration(FieldKeepAlive)
+}
+
+// FieldEnum reads a string field that must be one of valid. The linter
+// checks enum fields too, but `--chilled` and programmatic configs skip the
+// linter: a typo must not silently run as the default.
+func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, error) {
+	v, err := pc.FieldString(name)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(valid, v) {
+		return "", fmt.Errorf("%s: %q is not one of %s", name, v, strings.Join(valid, ", "))
+	}
+	return v, nil
 }

@@ -58,10 +58,14 @@ const (
 	fieldAckTopic          = "ack_topic"
 	fieldAckPublishTimeout = "ack_publish_timeout"
 	fieldRetry             = "retry_backoff"
+	fieldOnMalformed       = "on_malformed"
 
 	envelopeNone     = "none"
 	envelopeIngress  = "ingress"
 	envelopeDelivery = "delivery"
+
+	malformedDrop = "drop"
+	malformedFlag = "flag"
 
 	// Metadata keys set on every message.
 	metaTopic        = "mqtt_topic"
@@ -93,7 +97,7 @@ A resumed session may receive messages that match none of `+"`topics`"+` (left o
 
 ### Envelopes and end-to-end ACKs
 
-With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output with `+"`errored()`"+` or a `+"`catch`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, but once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
+With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope is acknowledged and dropped with a warning (`+"`on_malformed: drop`"+`, the default), or, with `+"`on_malformed: flag`"+`, reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output on `+"`errored()`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, and once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
 
 ### Delivery hooks
 
@@ -131,7 +135,11 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 				envelopeNone:     "Deliver the payload bytes unchanged.",
 				envelopeIngress:  "Decode a reliomq v1 ingress envelope: body = inner payload, metadata `event_id` and `destination_topic`.",
 				envelopeDelivery: "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
-			}).Description("How the payload is decoded. Malformed envelopes are flagged with an error.").Default(envelopeNone),
+			}).Description("How the payload is decoded. What happens to a malformed envelope is set by `on_malformed`.").Default(envelopeNone),
+			service.NewStringAnnotatedEnumField(fieldOnMalformed, map[string]string{
+				malformedDrop: "Acknowledge the source message and drop it, with a warning naming its topic and the defect, counted in `reliable_mqtt_in_malformed_envelopes`. It never reaches the pipeline, so it cannot be forwarded as if it were valid, and it cannot stall the broker's in-flight window.",
+				malformedFlag: "Deliver it unchanged, flagged with an error, without `event_id` or `destination_topic`: route it with a `switch` output on `errored()` (e.g. to a dead-letter topic). `reliable_mqtt_out` refuses a flagged message, and a message the pipeline never acknowledges is delivered again.",
+			}).Description("With `envelope: ingress` or `delivery`: what to do with a payload that is not a valid reliomq v1 envelope. It never produces an end-to-end ACK.").Default(malformedDrop),
 			service.NewStringField(fieldAckTopic).
 				Description("When set (requires `envelope: ingress` or `delivery`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
@@ -189,6 +197,7 @@ type settings struct {
 	replayTimeout     time.Duration
 	replayBufferSize  int
 	envelope          string
+	flagMalformed     bool
 	ackTopic          string
 	ackPublishTimeout time.Duration
 	retry             mqttclient.Backoff
@@ -239,9 +248,14 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = conf.FieldString(fieldEnvelope); err != nil {
+	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery); err != nil {
 		return s, err
 	}
+	onMalformed, err := mqttclient.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
+	if err != nil {
+		return s, err
+	}
+	s.flagMalformed = onMalformed == malformedFlag
 	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
 		return s, err
 	}
@@ -332,6 +346,9 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 			if d.qos() > 0 && !d.cs.conn.Alive() {
 				continue // the broker redelivers it on the next connection
 			}
+			if i.dropMalformed(d) {
+				continue
+			}
 			msg, ack := i.attempt(d)
 			return msg, ack, nil
 		}
@@ -383,17 +400,33 @@ func (i *input) decode(m paho.Message) *decoded {
 	}
 }
 
-// attempt builds one delivery attempt: a fresh message with a fresh hook
-// list in its context, and the AckFunc that settles it.
-func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
+// dropMalformed decodes d at its first Read and, with on_malformed: drop,
+// acknowledges and drops a malformed envelope; it reports whether it did.
+func (i *input) dropMalformed(d *delivery) bool {
 	if d.decoded == nil {
 		d.decoded = i.decode(d.msg)
 		if d.decoded.err != nil {
 			i.m.malformed.Incr(1)
-			i.log.Warnf("%v", d.decoded.err)
+			what := "dropped and acknowledged (on_malformed: drop)"
+			if i.s.flagMalformed {
+				what = "delivered flagged with an error (on_malformed: flag)"
+			}
+			i.log.Warnf("%v; %s", d.decoded.err, what)
 		}
 	}
-	dec := d.decoded
+	if d.decoded.err == nil || i.s.flagMalformed {
+		return false
+	}
+	if d.entry != nil {
+		d.cs.complete(d.entry, i.m)
+	}
+	return true
+}
+
+// attempt builds one delivery attempt: a fresh message with a fresh hook
+// list in its context, and the AckFunc that settles it.
+func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
+	dec := d.decoded // set by dropMalformed
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
 	msg := service.NewMessage(append([]byte(nil), dec.body...))

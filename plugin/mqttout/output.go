@@ -6,10 +6,12 @@ package mqttout
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
@@ -57,6 +59,12 @@ The outbox is store-and-forward: writes are accepted while the broker is unreach
 
 With `+"`outbox.enabled: false`"+` (direct mode) `+"`Write`"+` returns only after the confirmation, or fails after the timeout so that the upstream message is not acknowledged and is retried. Use it for a bridge whose source must only be acknowledged once the destination confirmed.
 
+### Permanent and transient failures
+
+A message that can never be published fails `+"`Write`"+` with an error that starts with `+"`permanent failure: `"+`, and nothing is stored: a payload beyond `+"`max_payload_bytes`"+`, an invalid destination topic or event ID, an `+"`event_id`"+` that evaluates to `+"`null`"+`, a payload that cannot be enveloped. Route those with Benthos's own outputs instead of retrying them: a `+"`fallback`"+` whose next output is a `+"`switch`"+` on `+"`@fallback_error.has_prefix(\"permanent failure\")`"+` (a dead-letter topic), with `+"`reject`"+` for every other error so that the source delivers the message again (see `+"`config/bridge.yaml`"+`). Every other error is transient (no broker connection in direct mode, a disk that fails). A message flagged with an error by a processor is refused (not as permanent): publishing it would pass it on as valid.
+
+An outbox path that can never work (a directory, a path below a file, a file that is not a reliable-mqtt outbox, a file another process holds) fails the component when it is created, so the process stops at start with the message; `+"`confirm`"+`, `+"`envelope`"+`, a static `+"`topic`"+` and `+"`data_topic`"+` are checked then too.
+
 Use `+"`buffer: none`"+` (the default) in reliable pipelines: a buffer acknowledges the input before this output has the message.
 
 With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.`).
@@ -69,7 +77,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 				Description("The destination topic of each message. It must be a valid publish topic: not empty, no `+` or `#` wildcards, no NUL, at most 65535 bytes.").
 				Example(`factory/${! meta("machine") }/data`),
 			service.NewInterpolatedStringField(fieldEventID).
-				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Note that Benthos interpolates missing metadata as the string `null`: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
+				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Benthos interpolates missing metadata as the string `null`; such a message is refused (a permanent failure) and nothing is published: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
 				Default("").
 				Example(`${! meta("event_id").or("") }`),
 			service.NewStringAnnotatedEnumField(fieldConfirm, map[string]string{
@@ -187,12 +195,18 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.eventID, err = conf.FieldInterpolatedString(fieldEventID); err != nil {
 		return s, err
 	}
-	confirm, err := conf.FieldString(fieldConfirm)
+	if raw, err := conf.FieldString(fieldTopic); err == nil && !strings.Contains(raw, "${!") {
+		// A static topic is checked now rather than on every message.
+		if err := envelope.CheckPublishTopic(raw); err != nil {
+			return s, fmt.Errorf("topic %q: %w", raw, err)
+		}
+	}
+	confirm, err := mqttclient.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
 	if err != nil {
 		return s, err
 	}
 	s.endToEnd = confirm == confirmEndToEnd
-	env, err := conf.FieldString(fieldEnvelope)
+	env, err := mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery)
 	if err != nil {
 		return s, err
 	}
@@ -205,6 +219,16 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
 		return s, err
+	}
+	if s.endToEnd {
+		// Publishing to a wildcard is refused by the broker with a dropped
+		// connection, which would look like an endless outage.
+		if err := envelope.CheckPublishTopic(s.dataTopic); err != nil {
+			return s, fmt.Errorf("data_topic %q: %w", s.dataTopic, err)
+		}
+		if s.ackTopic == "" {
+			return s, errors.New("ack_topic must not be empty with confirm: end_to_end")
+		}
 	}
 	if s.outboxOn, err = conf.FieldBool(fieldOutbox, fieldOutboxEnabled); err != nil {
 		return s, err

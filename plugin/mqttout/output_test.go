@@ -3,6 +3,7 @@ package mqttout_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -345,19 +348,61 @@ reliable_mqtt_out:
 	}
 }
 
-func TestForeignOutboxFileIsRefusedAndLeftUntouched(t *testing.T) {
+func TestForeignOutboxFileIsRefusedAtStartAndLeftUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	garbage := []byte(strings.Repeat("not a database\n", 500))
 	if err := os.WriteFile(path, garbage, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := startPipeline(t, outputConf(unreachable, path))
-	go func() { _ = p.write(3*time.Second, "x", "n", "a") }()
-	harness.Eventually(t, waitLong, "an error naming the file", func() bool { return p.logs.Contains(path) })
-	p.stop()
+	select {
+	case err := <-p.done:
+		if err == nil || !strings.Contains(err.Error(), path) {
+			t.Fatalf("stream ended with %v, want an error naming %s", err, path)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("the stream kept running on a foreign outbox file")
+	}
 	got, err := os.ReadFile(path)
 	if err != nil || string(got) != string(garbage) {
 		t.Fatalf("the refused file was changed (err %v)", err)
+	}
+}
+
+// Every message-level refusal is permanent and says so in a way a fallback
+// output can route on; a null event ID (missing metadata) is one of them,
+// with the fix in the message; a message flagged with an error is refused
+// too (not permanent: the flag's cause may pass). Nothing is stored.
+func TestPermanentRefusalsSaySoAndNullEventIDIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	p := startPipeline(t, outputConf(unreachable, path, "event_id", `'${! meta("id") }'`, "max_payload_bytes", "100"))
+	err := p.write(10*time.Second, `{}`, "n", "a")
+	if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), `event_id evaluated to "null"`) || !strings.Contains(err.Error(), `.or("")`) {
+		t.Fatalf("null event ID: got %v, want a permanent error naming event_id and the .or(\"\") fix", err)
+	}
+	for _, c := range []struct{ payload, topic, id string }{
+		{`{}`, "a/+", "ok-1"},
+		{strings.Repeat("x", 200), "a", "ok-2"},
+		{`{}`, "a", "bad id"},
+	} {
+		err := p.write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
+		if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
+			t.Errorf("topic %q id %q: got %v, want an error starting with %q", c.topic, c.id, err, mqttout.PermanentPrefix)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	flagged := service.NewMessage([]byte(`{}`))
+	flagged.MetaSetMut("n", "a")
+	flagged.MetaSetMut("id", "ok-3")
+	flagged.SetError(errors.New("upstream processor failed"))
+	err = p.send(ctx, flagged)
+	if err == nil || strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), "upstream processor failed") {
+		t.Fatalf("flagged message: got %v, want a (transient) refusal carrying the flag's error", err)
+	}
+	p.stop()
+	if left := pendingIn(t, path); left != 0 {
+		t.Fatalf("refused messages left %d records in the outbox", left)
 	}
 }
 

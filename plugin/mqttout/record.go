@@ -18,8 +18,17 @@ type record struct {
 
 // buildRecord resolves topic and event ID and encodes the payload. Every
 // rejection happens here, before anything is stored, with an error that
-// names the message.
+// names the message; each is permanent (see PermanentPrefix): the same
+// message fails the same way every time.
 func (o *output) buildRecord(msg *service.Message) (record, error) {
+	rec, err := o.encode(msg)
+	if err != nil {
+		return record{}, permanent(err)
+	}
+	return rec, nil
+}
+
+func (o *output) encode(msg *service.Message) (record, error) {
 	topic, err := o.s.topic.TryString(msg)
 	if err != nil {
 		return record{}, fmt.Errorf("topic interpolation failed: %w", err)
@@ -31,10 +40,17 @@ func (o *output) buildRecord(msg *service.Message) (record, error) {
 	if err != nil {
 		return record{}, fmt.Errorf("event_id interpolation failed: %w", err)
 	}
-	if id == "" {
+	switch {
+	case id == "null":
+		// What a missing metadata key interpolates to: publishing it would
+		// give every such message the same event ID.
+		return record{}, fmt.Errorf("event_id evaluated to \"null\" for topic %q: the metadata or field it names is missing; nothing is published. Write ${! meta(\"event_id\").or(\"\") } to fall back to a generated ID", topic)
+	case id == "":
 		id = envelope.NewEventID()
-	} else if err := envelope.CheckEventID(id); err != nil {
-		return record{}, err
+	default:
+		if err := envelope.CheckEventID(id); err != nil {
+			return record{}, err
+		}
 	}
 	raw, err := msg.AsBytes()
 	if err != nil {
