@@ -2,6 +2,9 @@ package mqttin
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -140,6 +143,27 @@ func TestMalformedEnvelopeIsDroppedAcknowledgedAndLoggedByDefault(t *testing.T) 
 		t.Fatalf("%d ACKs published, want 1 (ev-3 only)", n)
 	}
 	ti.closeExpectMarkerFirst(b, "dropmal", topics) // envelope: none, so the marker is read as is
+}
+
+// With ack_auth_key the ACK carries the lowercase hex HMAC-SHA256 of the
+// event ID (computed here with the standard library, not the plugin's
+// code); without it the ACK stays the reliomq v1 bytes (the test above).
+func TestAckCarriesHMACWhenAckAuthKeyIsSet(t *testing.T) {
+	b := startBroker(t)
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	ti := openInput(t, inputYAML(b.URL(), "authack", []string{"in/#"}, "envelope: ingress", "ack_topic: acks/t", "ack_auth_key: s3cret"))
+	publish(t, b.URL(), "in/x", mustIngress(t, "ev-7", "dest/x", `1`))
+	_, ack := ti.read()
+	_ = ack(context.Background(), nil)
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK published")
+	}
+	mac := hmac.New(sha256.New, []byte("s3cret"))
+	mac.Write([]byte("ev-7"))
+	want := `{"auth":"` + hex.EncodeToString(mac.Sum(nil)) + `","event_id":"ev-7","version":1}`
+	if got := string(acks.Messages()[0].Payload); got != want {
+		t.Fatalf("ACK = %s\nwant  %s", got, want)
+	}
 }
 
 // When the end-to-end ACK cannot be published, the source is not

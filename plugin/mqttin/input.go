@@ -143,6 +143,9 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 			service.NewStringField(fieldAckTopic).
 				Description("When set (requires `envelope: ingress` or `delivery`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
+		).
+		Fields(mqttclient.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
+		Fields(
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
@@ -199,6 +202,7 @@ type settings struct {
 	envelope          string
 	flagMalformed     bool
 	ackTopic          string
+	ackAuthKey        []byte // nil: plain reliomq v1 ACKs
 	ackPublishTimeout time.Duration
 	retry             mqttclient.Backoff
 }
@@ -266,6 +270,16 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		if err := envelope.CheckPublishTopic(s.ackTopic); err != nil {
 			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
 		}
+	}
+	keys, err := mqttclient.ParseAckAuthKeys(conf)
+	if err != nil {
+		return s, err
+	}
+	if keys != nil {
+		if s.ackTopic == "" {
+			return s, errors.New("ack_auth_key needs ack_topic: it signs the end-to-end ACKs sent there")
+		}
+		s.ackAuthKey = keys[0]
 	}
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
@@ -501,7 +515,13 @@ func (i *input) settle(ctx context.Context, d *delivery, hooks *commit.Hooks, re
 // came from, so that it precedes the source's PUBACK on the wire. QoS 0
 // messages have no PUBACK to order; their ACK uses the current connection.
 func (i *input) publishAck(ctx context.Context, d *delivery) error {
-	payload, err := envelope.EncodeAck(d.decoded.eventID)
+	var payload []byte
+	var err error
+	if i.s.ackAuthKey != nil {
+		payload, err = envelope.EncodeAuthAck(d.decoded.eventID, i.s.ackAuthKey)
+	} else {
+		payload, err = envelope.EncodeAck(d.decoded.eventID)
+	}
 	if err != nil {
 		return err
 	}

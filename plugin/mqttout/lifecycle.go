@@ -123,9 +123,14 @@ func (o *output) Connect(ctx context.Context) error {
 
 // onAck runs on paho's network reader: decode and hand over, never block.
 func (o *output) onAck(msg paho.Message) {
-	id, err := envelope.DecodeAck(msg.Payload())
+	ack, err := envelope.DecodeAuthAck(msg.Payload())
 	if err != nil {
 		o.ignored.ignore(reasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
+		return
+	}
+	id := ack.EventID
+	if o.s.ackAuthKeys != nil && !envelope.VerifyAck(ack, o.s.ackAuthKeys) {
+		o.ignored.ignore(reasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
 		return
 	}
 	if !o.acks.push(id) {

@@ -90,6 +90,9 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewStringField(fieldAckTopic).
 				Description("With `confirm: end_to_end`: the topic on which ACKs arrive.").
 				Default("reliomq/acks"),
+		).
+		Fields(mqttclient.AckAuthFields("With `confirm: end_to_end`, an ACK confirms a record only when its `auth` is the HMAC-SHA256 of the event ID under this key; any other ACK is ignored and counted in `reliable_mqtt_out_acks_ignored{reason=\"unauthenticated\"}`.")...).
+		Fields(
 			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
 				envelopeNone:     "Publish the payload bytes unchanged.",
 				envelopeDelivery: "Wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate.",
@@ -171,6 +174,7 @@ type settings struct {
 	deliveryEnv     bool
 	dataTopic       string
 	ackTopic        string
+	ackAuthKeys     [][]byte // nil: ACKs are not authenticated
 	outboxOn        bool
 	outboxPath      string
 	outboxOpts      outbox.Options
@@ -229,6 +233,12 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		if s.ackTopic == "" {
 			return s, errors.New("ack_topic must not be empty with confirm: end_to_end")
 		}
+	}
+	if s.ackAuthKeys, err = mqttclient.ParseAckAuthKeys(conf); err != nil {
+		return s, err
+	}
+	if s.ackAuthKeys != nil && !s.endToEnd {
+		return s, errors.New("ack_auth_key applies to confirm: end_to_end only (confirm: broker receives no ACKs)")
 	}
 	if s.outboxOn, err = conf.FieldBool(fieldOutbox, fieldOutboxEnabled); err != nil {
 		return s, err

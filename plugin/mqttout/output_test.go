@@ -457,3 +457,37 @@ func TestUnreadableRecordIsSkippedAndKeptWhileTheOthersAreDelivered(t *testing.T
 		t.Fatalf("outbox holds %d records, want the damaged one kept", left)
 	}
 }
+
+// With ack_auth_keys only an ACK whose auth verifies confirms a record:
+// a plain reliomq v1 ACK and one signed with another key are ignored and
+// counted as unauthenticated while the record stays; an ACK signed with the
+// second (older) key of the rotation list confirms it.
+func TestForgedACKsDoNotConfirmWhenACKsAreAuthenticated(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	var honest atomic.Bool
+	acker := harness.StartAcker(t, m.URL(), "auth/data", "auth/acks", func(in envelope.Ingress) [][]byte {
+		plain, _ := envelope.EncodeAck(in.EventID)
+		other, _ := envelope.EncodeAuthAck(in.EventID, []byte("someone-else"))
+		if !honest.Load() {
+			return [][]byte{plain, other}
+		}
+		good, _ := envelope.EncodeAuthAck(in.EventID, []byte("old-key"))
+		return [][]byte{good}
+	})
+	p := startPipeline(t, outputConf(m.URL(), path, "confirm", "end_to_end", "data_topic", "auth/data", "ack_topic", "auth/acks",
+		"ack_timeout", "1s", "ack_auth_keys", "[ new-key, old-key ]"))
+	if err := p.write(10*time.Second, `{"v":1}`, "n", "a", "id", "evt-auth"); err != nil {
+		t.Fatal(err)
+	}
+	// Resent after each ack_timeout: it was not confirmed by the forgeries.
+	harness.Eventually(t, waitLong, "the record published three times", func() bool { return len(acker.Seen()) >= 3 })
+	if !p.logs.Contains("Ignoring unauthenticated ACK for event evt-auth") {
+		t.Fatalf("no unauthenticated ACK logged:\n%s", p.logs.String())
+	}
+	if p.logs.Contains("; 0 pending (0 bytes)") {
+		t.Fatal("the outbox emptied on forged ACKs")
+	}
+	honest.Store(true)
+	waitDrained(t, p)
+}
