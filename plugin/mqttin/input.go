@@ -87,7 +87,7 @@ func inputSpec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Consumes MQTT with a persistent session and acknowledges each message to the broker only after the pipeline has finished with it.").
 		Description(`
-The PUBACK (QoS 1) or PUBREC (QoS 2) of a message is sent only after the pipeline acknowledged it: its output succeeded, or it was deliberately filtered. Acknowledgements leave in the order the messages arrived (MQTT 3.1.1 §4.6), so a later message's acknowledgement waits for the earlier ones of the same connection. A message the pipeline rejects is never acknowledged: the input delivers it again after a backoff (`+"`retry_backoff`"+`), and after a crash the broker redelivers it. An acknowledgement that belongs to a connection that has since dropped is not sent on the new one; the broker's redelivery is handled as a new delivery. The guarantee is at least once: a message can reach the pipeline more than once, so make its effect idempotent (see `+"`dedup_ledger`"+`). `+"`mqtt_duplicate`"+` is not a reliable duplicate signal (some brokers set it on first deliveries).
+The PUBACK (QoS 1) or PUBREC (QoS 2) of a message is sent only after the pipeline acknowledged it: its output succeeded, or it was deliberately filtered. Acknowledgements leave in the order the messages arrived (MQTT 3.1.1 §4.6), so a later message's acknowledgement waits for the earlier ones of the same connection. A message the pipeline rejects is never acknowledged: the input delivers it again after a backoff (`+"`retry_backoff`"+`), and after a crash the broker redelivers it. An acknowledgement that belongs to a connection that has since dropped is not sent on the new one; the broker's redelivery is handled as a new delivery. QoS 2: once a message's PUBREC is sent its packet ID is kept until the PUBREL, across reconnects of the process, and a PUBLISH resent with DUP=1 meanwhile is answered with PUBREC and not delivered again; after a restart it is delivered again. The guarantee is at least once: a message can reach the pipeline more than once, so make its effect idempotent (see `+"`dedup_ledger`"+`). `+"`mqtt_duplicate`"+` is not a reliable duplicate signal (some brokers set it on first deliveries).
 
 Use a stable `+"`client_id`"+` and keep `+"`clean_session: false`"+`: the broker then keeps the subscriptions and queues messages while the pipeline is down. Shutdown disconnects without UNSUBSCRIBE, so the session survives restarts.
 
@@ -327,7 +327,11 @@ func (i *input) Connect(ctx context.Context) error {
 	if i.client == nil {
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
 			OnMessage: i.in.onMessage,
+			OnPubrel:  i.in.onPubrel,
 			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+				if !conn.SessionPresent {
+					i.in.pubrecs.reset() // no session, no open exchanges
+				}
 				return conn.Subscribe(ctx, i.s.subs.brokerFilters(i.s.qos))
 			},
 		}, mqttclient.Options{ManualAck: true, Logger: i.log})
