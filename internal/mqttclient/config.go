@@ -63,7 +63,7 @@ type Config struct {
 func ConnectionFields() []*service.ConfigField {
 	return []*service.ConfigField{
 		service.NewStringListField(FieldURLs).
-			Description("Broker URLs, tried in order: `tcp://host:1883`, `ssl://host:8883`, `ws://host:80/mqtt`, `wss://...`, or `embedded://` for the in-process broker (query parameters `dir` for its data directory and `listen` for a TCP listener other processes can reach, e.g. `embedded://?dir=./data/broker&listen=127.0.0.1:1883`).").
+			Description("Broker URLs, tried in order: `tcp://host:1883`, `ssl://host:8883`, `ws://host:80/mqtt`, `wss://...`, or `embedded://` for the in-process broker (query parameters `dir` for its data directory and `listen` for a TCP listener other processes can reach, e.g. `embedded://?dir=./data/broker&listen=127.0.0.1:1883`; for that listener `users` names a mosquitto password file (bcrypt or `$7$` hashes) clients must log in with, `acl` a YAML file of per-user topic rights (`user: {read: [filters], write: [filters]}`, the rest denied), `tls_cert` and `tls_key` serve it over TLS; a `listen` address that is not loopback is refused without `users`).").
 			Example([]string{"tcp://127.0.0.1:1883"}).
 			Example([]string{"embedded://"}),
 		service.NewStringField(FieldUser).
