@@ -6,6 +6,7 @@ package mqttout
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ const (
 	fieldRetry           = "retry_backoff"
 	fieldMaxPayloadBytes = "max_payload_bytes"
 	fieldStatsInterval   = "stats_interval"
+	fieldRetained        = "retained"
 
 	confirmBroker    = "broker"
 	confirmEndToEnd  = "end_to_end"
@@ -76,6 +78,9 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewInterpolatedStringField(fieldTopic).
 				Description("The destination topic of each message. It must be a valid publish topic: not empty, no `+` or `#` wildcards, no NUL, at most 65535 bytes.").
 				Example(`factory/${! meta("machine") }/data`),
+			service.NewInterpolatedStringField(fieldRetained).
+				Description("Publish with the retain flag: `true`, `false`, or (with `outbox.enabled: false`) an interpolation per message that yields one of them, e.g. `${! meta(\"retain\").or(\"false\") }`. The outbox stores no per-record flag, so with the outbox on it must be a constant (which applies to the records still pending when a process starts with another value). Not allowed with `confirm: end_to_end`: a retained envelope would reach every new subscriber of `data_topic` again. There is no `qos` field: records are published at QoS 1, the only level whose acknowledgement confirms a record — QoS 0 has none (a message lost on the way would be deleted as sent), and QoS 2's extra round trip adds nothing the event ID does not already give the consumer.").
+				Default("false").Advanced(),
 			service.NewInterpolatedStringField(fieldEventID).
 				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Benthos interpolates missing metadata as the string `null`; such a message is refused (a permanent failure) and nothing is published: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
 				Default("").
@@ -170,6 +175,8 @@ type settings struct {
 	client          mqttclient.Config
 	topic           *service.InterpolatedString
 	eventID         *service.InterpolatedString
+	retained        *service.InterpolatedString // nil: the constant retainedConst
+	retainedConst   bool
 	endToEnd        bool
 	deliveryEnv     bool
 	dataTopic       string
@@ -287,5 +294,30 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err
 	}
-	return s, nil
+	return s, s.parseRetained(conf) // after outbox and confirm
+}
+
+// parseRetained reads retained: a constant, or an interpolation evaluated
+// per message in direct mode (the outbox keeps no flag per record).
+func (s *settings) parseRetained(conf *service.ParsedConfig) error {
+	raw, err := conf.FieldString(fieldRetained)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(raw, "${!") {
+		if s.retainedConst, err = strconv.ParseBool(raw); err != nil {
+			return fmt.Errorf("retained: %q is neither true nor false", raw)
+		}
+	} else {
+		if s.outboxOn {
+			return errors.New("retained: an interpolation needs outbox.enabled: false (the outbox stores no flag per record); use true or false")
+		}
+		if s.retained, err = conf.FieldInterpolatedString(fieldRetained); err != nil {
+			return err
+		}
+	}
+	if s.endToEnd && (s.retainedConst || s.retained != nil) {
+		return errors.New("retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again")
+	}
+	return nil
 }

@@ -491,3 +491,51 @@ func TestForgedACKsDoNotConfirmWhenACKsAreAuthenticated(t *testing.T) {
 	honest.Store(true)
 	waitDrained(t, p)
 }
+
+// retained: a constant applies to every record (outbox mode), an
+// interpolation per message (direct mode); a subscriber that arrives later
+// gets exactly the retained ones. An interpolation with the outbox on is
+// refused at start.
+func TestRetainedIsSetFromConfigOrPerMessage(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	p := startPipeline(t, outputConf(m.URL(), path, "retained", "true", "topic", "ret/const"))
+	if err := p.write(10*time.Second, "kept", "id", "r-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitDrained(t, p)
+	p.stop()
+
+	d := startPipeline(t, outputConf(m.URL(), path, "outbox", "{ enabled: false }", "retained", `'${! meta("r") }'`))
+	if err := d.write(10*time.Second, "yes", "n", "a", "r", "true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.write(10*time.Second, "no", "n", "b", "r", "false"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.write(10*time.Second, "bad", "n", "c", "r", "maybe"); err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
+		t.Fatalf("retained \"maybe\": got %v, want a permanent refusal", err)
+	}
+
+	late := harness.Subscribe(t, m.URL(), "late-sub", true, "ret/#", "test/#")
+	if !late.WaitCount(2, 10*time.Second) {
+		t.Fatalf("late subscriber got %d retained messages, want 2", late.Count())
+	}
+	got := map[string]bool{}
+	for _, r := range late.Messages() {
+		got[r.Topic+"="+string(r.Payload)] = r.Retained
+	}
+	if !got["ret/const=kept"] || !got["test/a=yes"] || len(got) != 2 {
+		t.Fatalf("late subscriber got %v, want ret/const=kept and test/a=yes, retained", got)
+	}
+
+	bad := startPipeline(t, outputConf(m.URL(), filepath.Join(t.TempDir(), "o.db"), "retained", `'${! meta("r") }'`))
+	select {
+	case err := <-bad.done:
+		if err == nil || !strings.Contains(err.Error(), "outbox.enabled: false") {
+			t.Fatalf("interpolated retained with an outbox: %v", err)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("interpolated retained with an outbox was accepted")
+	}
+}

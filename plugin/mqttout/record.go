@@ -2,6 +2,7 @@ package mqttout
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -14,6 +15,7 @@ type record struct {
 	eventID string
 	topic   string // the publish topic: data_topic for end_to_end
 	payload []byte // the publish payload, enveloped if configured
+	retain  bool   // direct mode: the message's retain flag
 }
 
 // buildRecord resolves topic and event ID and encodes the payload. Every
@@ -67,6 +69,16 @@ func (o *output) encode(msg *service.Message) (record, error) {
 	}
 	if err != nil {
 		return record{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
+	}
+	rec.retain = o.s.retainedConst
+	if o.s.retained != nil {
+		v, err := o.s.retained.TryString(msg)
+		if err != nil {
+			return record{}, fmt.Errorf("event %s: retained interpolation failed: %w", id, err)
+		}
+		if rec.retain, err = strconv.ParseBool(v); err != nil {
+			return record{}, fmt.Errorf("event %s: retained evaluated to %q, want true or false", id, v)
+		}
 	}
 	if len(rec.payload) > o.s.maxPayloadBytes {
 		return record{}, fmt.Errorf("event %s for topic %q: payload of %d bytes exceeds max_payload_bytes (%d)", id, topic, len(rec.payload), o.s.maxPayloadBytes)
