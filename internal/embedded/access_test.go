@@ -1,15 +1,7 @@
 package embedded
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,45 +11,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"golang.org/x/crypto/bcrypt"
-)
 
-// writeCerts writes a CA and a server certificate for 127.0.0.1 signed by
-// it; it returns the CA pool and the server's cert and key files.
-func writeCerts(t *testing.T, dir string) (*x509.CertPool, string, string) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool, certFile, keyFile
-}
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
 
 // accessClient connects to url as user; it returns the connect error.
 func accessClient(t *testing.T, url, id, user, pass string, tlsConf *tls.Config, onMsg paho.MessageHandler) (paho.Client, error) {
@@ -84,7 +40,7 @@ func accessClient(t *testing.T, url, id, user, pass string, tlsConf *tls.Config,
 // the ACK topic, which only the bridge user (bcrypt hash) may write.
 func TestListenerRequiresLoginAppliesACLsAndServesTLS(t *testing.T) {
 	dir := t.TempDir()
-	pool, certFile, keyFile := writeCerts(t, dir)
+	pool, _, certFile, keyFile := harness.WriteTestPKI(t)
 	usersFile := filepath.Join(dir, "users")
 	if out, err := exec.Command("mosquitto_passwd", "-b", "-c", usersFile, "sensor", "sensor-pw").CombinedOutput(); err != nil {
 		t.Skipf("mosquitto_passwd: %v %s", err, out)

@@ -39,11 +39,12 @@ func startPoisonRig(t *testing.T, custody bool) *poisonRig {
 	r.publisherAck = harness.Subscribe(t, r.source.URL(), "poison-acks", false, "reliable/acks")
 
 	conf := shippedConfig(t, "bridge.yaml")
-	dlURLs := `      urls: [ "${DEST_BROKER:embedded://?dir=./reliable-mqtt-data/cloud}" ]` + "\n      client_id: ${BRIDGE_ID:bridge-1}-dead-letter"
+	const pad = "                "
+	dlURLs := pad + `urls: [ "${DEST_BROKER:embedded://?dir=./reliable-mqtt-data/cloud}" ]` + "\n" + pad + "client_id: ${BRIDGE_ID:bridge-1}-dead-letter"
 	if !strings.Contains(conf, dlURLs) {
 		t.Fatal("config/bridge.yaml changed shape; update the dead-letter URL replacement")
 	}
-	conf = strings.Replace(conf, dlURLs, fmt.Sprintf("      urls: [ %q ]\n      client_id: ${BRIDGE_ID:bridge-1}-dead-letter", r.dest.URL()), 1)
+	conf = strings.Replace(conf, dlURLs, fmt.Sprintf("%surls: [ %q ]\n%sclient_id: ${BRIDGE_ID:bridge-1}-dead-letter", pad, r.dest.URL(), pad), 1)
 	r.bridge = harness.RunPipeline(t, conf, harness.ProcOptions{
 		Env: []string{
 			"SOURCE_BROKER=" + r.source.URL(), "DEST_BROKER=" + r.proxy.URL(),
@@ -82,17 +83,7 @@ func (r *poisonRig) publishGood(t *testing.T, from, n int) {
 	harness.Publish(t, r.source.URL(), "reliable/ingress", ps)
 }
 
-func (r *poisonRig) destIDs(t *testing.T) map[string]bool {
-	ids := map[string]bool{}
-	for _, m := range r.atDest.Messages() {
-		d, err := envelope.DecodeDelivery(m.Payload)
-		if err != nil {
-			t.Fatalf("destination got a non-envelope on %s: %v", m.Topic, err)
-		}
-		ids[d.EventID] = true
-	}
-	return ids
-}
+func (r *poisonRig) destIDs(t *testing.T) map[string]bool { return deliveredIDs(t, r.atDest) }
 
 // A message that can never be forwarded — a valid 2 MiB envelope (beyond
 // max_payload_bytes) and a non-JSON message — goes to the dead-letter topic

@@ -70,11 +70,14 @@ func startBridgeRig(t *testing.T, n int, custody bool) *bridgeRig {
 	return r
 }
 
-// distinctAtDest returns the event IDs delivered at the destination, and
-// fails the test on a message that is not a valid delivery envelope.
-func (r *bridgeRig) distinctAtDest(t *testing.T) map[string]bool {
+// distinctAtDest returns the event IDs delivered at the destination.
+func (r *bridgeRig) distinctAtDest(t *testing.T) map[string]bool { return deliveredIDs(t, r.sub) }
+
+// deliveredIDs returns the event IDs sub received, and fails the test on a
+// message that is not a valid delivery envelope.
+func deliveredIDs(t *testing.T, sub *harness.Subscriber) map[string]bool {
 	ids := map[string]bool{}
-	for _, m := range r.sub.Messages() {
+	for _, m := range sub.Messages() {
 		d, err := envelope.DecodeDelivery(m.Payload)
 		if err != nil {
 			t.Fatalf("destination got a non-envelope on %s: %v", m.Topic, err)
