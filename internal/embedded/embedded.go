@@ -16,14 +16,21 @@
 //
 // URL form:
 //
-//		embedded://[?dir=PATH][&listen=HOST:PORT][&max_inflight=N][&max_queued=N]
+//		embedded://[?dir=PATH][&listen=HOST:PORT][&users=FILE][&acl=FILE]
+//		           [&tls_cert=FILE&tls_key=FILE][&max_inflight=N][&max_queued=N]
 //
 //	  - dir: data directory (default ./reliable-mqtt-data/broker, created if
 //	    missing). URLs naming the same directory share one broker.
 //	  - listen: an extra TCP listener so other processes (mosquitto_sub, a
 //	    second pipeline) can connect, e.g. listen=127.0.0.1:1883. Without it
-//	    the broker is reachable only from this process. There is no
-//	    authentication: bind to loopback unless you mean otherwise.
+//	    the broker is reachable only from this process. An address that is
+//	    not loopback is refused unless users is set.
+//	  - users: a mosquitto password file (user:hash lines; bcrypt or
+//	    mosquitto_passwd's $7$): clients of the listen listener must log in.
+//	  - acl: a YAML file of per-user topic rights for listen clients,
+//	    `user: {read: [filters], write: [filters]}`; what is not listed is
+//	    denied (mochi drops a refused PUBLISH and closes that connection).
+//	  - tls_cert, tls_key: serve the listen listener over TLS.
 //	  - max_inflight: QoS 1/2 messages the broker holds per client, sent but
 //	    unacknowledged or queued while it is offline (1–65535, default 65535;
 //	    MQTT packet IDs cap it at 65535). Beyond it the broker drops messages
@@ -40,6 +47,7 @@ package embedded
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,7 +60,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
@@ -67,6 +74,13 @@ const (
 	paramListen      = "listen"
 	paramMaxInflight = "max_inflight"
 	paramMaxQueued   = "max_queued"
+	paramUsers       = "users"
+	paramACL         = "acl"
+	paramTLSCert     = "tls_cert"
+	paramTLSKey      = "tls_key"
+
+	// privateListener is the ID of the in-process listener.
+	privateListener = "in-process"
 
 	defaultMaxInflight = math.MaxUint16
 	defaultMaxQueued   = 100000
@@ -82,6 +96,10 @@ type Config struct {
 	Listen      string // extra TCP listener address; empty = in-process only
 	MaxInflight uint16 // per-client limit of unacknowledged/queued QoS>0 messages
 	MaxQueued   int32  // per-client limit of packets waiting to be written
+	Users       string // password file for listen clients; empty = no login
+	ACL         string // per-user topic rights for listen clients; empty = all
+	TLSCert     string // certificate and key of the listen listener
+	TLSKey      string
 }
 
 // IsEmbedded reports whether rawURL selects the embedded broker.
@@ -137,9 +155,29 @@ func ParseURL(rawURL string) (Config, error) {
 				return Config{}, fmt.Errorf("embedded broker URL %q: max_queued must be a positive integer, got %q", rawURL, v)
 			}
 			cfg.MaxQueued = int32(n)
+		case paramUsers:
+			cfg.Users = v
+		case paramACL:
+			cfg.ACL = v
+		case paramTLSCert:
+			cfg.TLSCert = v
+		case paramTLSKey:
+			cfg.TLSKey = v
 		default:
-			return Config{}, fmt.Errorf("embedded broker URL %q: unknown parameter %q (known: dir, listen, max_inflight, max_queued)", rawURL, name)
+			return Config{}, fmt.Errorf("embedded broker URL %q: unknown parameter %q (known: dir, listen, users, acl, tls_cert, tls_key, max_inflight, max_queued)", rawURL, name)
 		}
+	}
+	if cfg.Listen != "" && !isLoopback(cfg.Listen) && cfg.Users == "" {
+		return Config{}, fmt.Errorf("embedded broker URL %q: listen=%s accepts connections from other hosts, and without users anyone there could publish (ACKs, envelopes): add users=FILE (a mosquitto password file), or listen on 127.0.0.1", rawURL, cfg.Listen)
+	}
+	if (cfg.Users != "" || cfg.ACL != "" || cfg.TLSCert != "" || cfg.TLSKey != "") && cfg.Listen == "" {
+		return Config{}, fmt.Errorf("embedded broker URL %q: users, acl and tls_* apply to the listen listener; add listen=HOST:PORT", rawURL)
+	}
+	if cfg.ACL != "" && cfg.Users == "" {
+		return Config{}, fmt.Errorf("embedded broker URL %q: acl needs users: rights belong to logged-in users", rawURL)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return Config{}, fmt.Errorf("embedded broker URL %q: give tls_cert and tls_key together", rawURL)
 	}
 	return cfg, nil
 }
@@ -211,6 +249,7 @@ type instance struct {
 	store     *storeHook
 	clientURL string
 	listens   map[string]bool // extra listener addresses already open
+	tls       *tls.Config     // of the listen listeners; nil = plain TCP
 	refs      int
 }
 
@@ -292,8 +331,11 @@ func (inst *instance) join(cfg Config) error {
 	if cfg.Listen == "" || inst.listens[cfg.Listen] {
 		return nil
 	}
+	if cfg.Users != inst.cfg.Users || cfg.ACL != inst.cfg.ACL || cfg.TLSCert != inst.cfg.TLSCert || cfg.TLSKey != inst.cfg.TLSKey {
+		return fmt.Errorf("embedded broker for %s already runs with users=%q acl=%q tls_cert=%q; a second listen on it must use the same", inst.dir, inst.cfg.Users, inst.cfg.ACL, inst.cfg.TLSCert)
+	}
 	id := "listen-" + strconv.Itoa(len(inst.listens)+1)
-	if err := inst.server.AddListener(listeners.NewTCP(listeners.Config{ID: id, Address: cfg.Listen})); err != nil {
+	if err := inst.server.AddListener(listeners.NewTCP(listeners.Config{ID: id, Address: cfg.Listen, TLSConfig: inst.tls})); err != nil {
 		return fmt.Errorf("embedded broker for %s: listen on %s: %w (is the port in use?)", inst.dir, cfg.Listen, err)
 	}
 	inst.server.Listeners.Serve(id, inst.server.EstablishConnection)
@@ -330,23 +372,40 @@ func start(dir string, cfg Config) (*instance, error) {
 		return nil, err
 	}
 
-	// No authentication: the private listener is loopback-only, and the
-	// package doc tells users to bind `listen` to loopback.
-	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
-		return fail(fmt.Errorf("embedded broker for %s: add auth hook: %w", dir, err))
+	// The private listener is loopback-only and serves this process; the
+	// listen listener gets the users, ACL and TLS of the URL.
+	access := &accessHook{private: privateListener}
+	var err error
+	if cfg.Users != "" {
+		if access.users, err = loadUsers(cfg.Users); err != nil {
+			return fail(fmt.Errorf("embedded broker for %s: %w", dir, err))
+		}
+	}
+	if cfg.ACL != "" {
+		if access.acls, err = loadACL(cfg.ACL); err != nil {
+			return fail(fmt.Errorf("embedded broker for %s: %w", dir, err))
+		}
+	}
+	if cfg.TLSCert != "" {
+		if inst.tls, err = loadTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return fail(fmt.Errorf("embedded broker for %s: %w", dir, err))
+		}
+	}
+	if err := server.AddHook(access, nil); err != nil {
+		return fail(fmt.Errorf("embedded broker for %s: add access hook: %w", dir, err))
 	}
 	if err := server.AddHook(store, filepath.Join(dir, storeFile)); err != nil {
 		return fail(err)
 	}
 
-	private := listeners.NewTCP(listeners.Config{ID: "in-process", Address: "127.0.0.1:0"})
+	private := listeners.NewTCP(listeners.Config{ID: privateListener, Address: "127.0.0.1:0"})
 	if err := server.AddListener(private); err != nil {
 		return fail(fmt.Errorf("embedded broker for %s: open private listener on 127.0.0.1: %w", dir, err))
 	}
 	inst.clientURL = "tcp://" + private.Address()
 
 	if cfg.Listen != "" {
-		if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "listen", Address: cfg.Listen})); err != nil {
+		if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "listen", Address: cfg.Listen, TLSConfig: inst.tls})); err != nil {
 			return fail(fmt.Errorf("embedded broker for %s: listen on %s: %w (is the port in use?)", dir, cfg.Listen, err))
 		}
 		inst.listens[cfg.Listen] = true

@@ -56,6 +56,13 @@ func TestParseURL(t *testing.T) {
 		"embedded://?max_inflight=70000": "max_inflight",
 		"embedded://?max_queued=-1":      "max_queued",
 		"tcp://127.0.0.1:1883":           "scheme must be",
+		// A listener other hosts can reach needs credentials.
+		"embedded://?listen=0.0.0.0:1883":            "add users=FILE",
+		"embedded://?listen=:1883":                   "add users=FILE",
+		"embedded://?listen=192.0.2.1:1883":          "add users=FILE",
+		"embedded://?users=/u":                       "add listen=HOST:PORT",
+		"embedded://?listen=127.0.0.1:1&acl=/a":      "acl needs users",
+		"embedded://?listen=127.0.0.1:1&tls_cert=/c": "tls_cert and tls_key together",
 	}
 	for u, want := range bad {
 		_, err := ParseURL(u)

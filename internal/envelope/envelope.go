@@ -148,17 +148,17 @@ func DecodeDelivery(b []byte) (Delivery, error) {
 	return Delivery{EventID: id, Payload: appendValue(nil, fields[1])}, nil
 }
 
-// DecodeAck strictly decodes an ACK and returns its event ID.
+// DecodeAck strictly decodes an ACK and returns its event ID. An ACK that
+// carries "auth" (see EncodeAuthAck) decodes too; its auth is not checked
+// here (DecodeAuthAck returns it).
 func DecodeAck(b []byte) (eventID string, err error) {
-	fields, err := decodeMessage(b, "ACK", "event_id", "version")
-	if err != nil {
-		return "", err
-	}
-	return eventIDField(fields[0])
+	a, err := DecodeAuthAck(b)
+	return a.EventID, err
 }
 
 // decodeMessage parses b and checks the parts every message shares: a JSON
-// object with exactly the keys named (given in sorted order) and version 1.
+// object with exactly the keys named (given in sorted order, a leading '?'
+// marks a key that may be absent: its value is then nil) and version 1.
 // It returns the values in the order of keys.
 func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 	v, err := parseStrict(b, 1) // the envelope object wraps the payload
@@ -174,7 +174,7 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 		m := &v.members[i]
 		found := false
 		for k, want := range keys {
-			if m.key == want {
+			if m.key == strings.TrimPrefix(want, "?") {
 				fields[k], found = &m.val, true
 				break
 			}
@@ -185,7 +185,7 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 	}
 	var missing []string
 	for k, f := range fields {
-		if f == nil {
+		if f == nil && !strings.HasPrefix(keys[k], "?") {
 			missing = append(missing, strconv.Quote(keys[k]))
 		}
 	}
@@ -197,7 +197,14 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 		if len(unknown) > 0 {
 			parts = append(parts, "unknown key(s) "+strings.Join(unknown, ", "))
 		}
-		return nil, malformedf("%s has %s; want exactly the keys %s", what, strings.Join(parts, " and "), strings.Join(keys, ", "))
+		names := make([]string, len(keys))
+		for k, key := range keys {
+			names[k] = key
+			if opt, ok := strings.CutPrefix(key, "?"); ok {
+				names[k] = opt + " (optional)"
+			}
+		}
+		return nil, malformedf("%s has %s; want exactly the keys %s", what, strings.Join(parts, " and "), strings.Join(names, ", "))
 	}
 	// version is always the last key in sorted order.
 	if ver := fields[len(fields)-1]; ver.kind != kindNumber || ver.isFloat || ver.text != "1" {

@@ -420,3 +420,46 @@ func FuzzDecodeIngress(f *testing.F) {
 		}
 	})
 }
+
+// An authenticated ACK carries HMAC-SHA256(key, event_id) in lowercase hex
+// (the vector is Python's hmac.new(b"k1", b"evt-1", sha256).hexdigest());
+// it verifies under its key or a rotation list holding it, and under no
+// other key, with a changed event ID, or without auth. A plain ACK is
+// unchanged and decodes with an empty Auth.
+func TestAuthenticatedAck(t *testing.T) {
+	const want = `{"auth":"282e7dc08146d0948b5e9e3023fce4768b6ef30da724b5e9177835495f2831d8","event_id":"evt-1","version":1}`
+	b, err := EncodeAuthAck("evt-1", []byte("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != want {
+		t.Fatalf("EncodeAuthAck = %s\nwant           %s", b, want)
+	}
+	a, err := DecodeAuthAck(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := []byte("k1"), []byte("k2")
+	if !VerifyAck(a, [][]byte{k1}) || !VerifyAck(a, [][]byte{k2, k1}) {
+		t.Fatal("a correct auth did not verify")
+	}
+	if VerifyAck(a, [][]byte{k2}) {
+		t.Fatal("verified under the wrong key")
+	}
+	if VerifyAck(Ack{EventID: "evt-2", Auth: a.Auth}, [][]byte{k1}) {
+		t.Fatal("an auth verified for another event ID")
+	}
+	if VerifyAck(Ack{EventID: "evt-1", Auth: strings.ToUpper(a.Auth)}, [][]byte{k1}) {
+		t.Fatal("uppercase hex verified; the format is lowercase")
+	}
+	plain, _ := EncodeAck("evt-1")
+	if string(plain) != `{"event_id":"evt-1","version":1}` {
+		t.Fatalf("plain ACK changed: %s", plain)
+	}
+	if a, err := DecodeAuthAck(plain); err != nil || a.Auth != "" || VerifyAck(a, [][]byte{k1}) {
+		t.Fatalf("plain ACK: %+v %v; want no auth, not verified", a, err)
+	}
+	if _, err := DecodeAuthAck([]byte(`{"auth":1,"event_id":"evt-1","version":1}`)); err == nil {
+		t.Fatal("a non-string auth decoded")
+	}
+}

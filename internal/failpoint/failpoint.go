@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // EnvVar names the environment variable that arms failpoints.
@@ -75,7 +74,11 @@ func Hit(name string) {
 	mu.Unlock()
 	if ok && left == 0 {
 		fmt.Fprintf(os.Stderr, "failpoint %s: killing process %d\n", name, os.Getpid())
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
+		// os.Process.Kill is SIGKILL on Unix and TerminateProcess on
+		// Windows: no handler runs either way, and the binary builds for both.
+		if p, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = p.Kill()
+		}
+		select {} // the kill is on its way
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
@@ -41,6 +43,25 @@ type Handlers struct {
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
 	// connection and a new attempt follows after the backoff.
 	OnConnect func(ctx context.Context, conn *Conn) error
+	// OnPubrel receives the packet ID of each PUBREL the broker sends (the
+	// end of an inbound QoS 2 exchange; paho answers it with PUBCOMP by
+	// itself). It runs on paho's network reader before any later packet is
+	// handled, and must never block.
+	OnPubrel func(conn *Conn, id uint16)
+}
+
+// pubrelStore is paho's memory store that reports PUBRELs: paho puts an
+// inbound PUBREL into its store on arrival, and offers no other hook.
+type pubrelStore struct {
+	*paho.MemoryStore
+	onPubrel func(id uint16)
+}
+
+func (s *pubrelStore) Put(key string, m packets.ControlPacket) {
+	if rel, ok := m.(*packets.PubrelPacket); ok && strings.HasPrefix(key, "i.") {
+		s.onPubrel(rel.MessageID)
+	}
+	s.MemoryStore.Put(key, m)
 }
 
 // Options configure a Client beyond the user's Config.
@@ -365,6 +386,9 @@ func (c *Client) connect() (*Conn, error) {
 	}
 	if c.h.OnMessage != nil {
 		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { c.h.OnMessage(conn, m) })
+	}
+	if c.h.OnPubrel != nil {
+		o.SetStore(&pubrelStore{MemoryStore: paho.NewMemoryStore(), onPubrel: func(id uint16) { c.h.OnPubrel(conn, id) }})
 	}
 	conn.paho = paho.NewClient(o)
 

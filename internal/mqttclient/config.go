@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -60,7 +63,7 @@ type Config struct {
 func ConnectionFields() []*service.ConfigField {
 	return []*service.ConfigField{
 		service.NewStringListField(FieldURLs).
-			Description("Broker URLs, tried in order: `tcp://host:1883`, `ssl://host:8883`, `ws://host:80/mqtt`, `wss://...`, or `embedded://` for the in-process broker (query parameters `dir` for its data directory and `listen` for a TCP listener other processes can reach, e.g. `embedded://?dir=./data/broker&listen=127.0.0.1:1883`).").
+			Description("Broker URLs, tried in order: `tcp://host:1883`, `ssl://host:8883`, `ws://host:80/mqtt`, `wss://...`, or `embedded://` for the in-process broker (query parameters `dir` for its data directory and `listen` for a TCP listener other processes can reach, e.g. `embedded://?dir=./data/broker&listen=127.0.0.1:1883`; for that listener `users` names a mosquitto password file (bcrypt or `$7$` hashes) clients must log in with, `acl` a YAML file of per-user topic rights (`user: {read: [filters], write: [filters]}`, the rest denied), `tls_cert` and `tls_key` serve it over TLS; a `listen` address that is not loopback is refused without `users`).").
 			Example([]string{"tcp://127.0.0.1:1883"}).
 			Example([]string{"embedded://"}),
 		service.NewStringField(FieldUser).
@@ -69,7 +72,7 @@ func ConnectionFields() []*service.ConfigField {
 			Description("Password for the broker.").Default("").Secret().Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewDurationField(FieldKeepAlive).
-			Description("MQTT keepalive: the interval of PINGREQs on an idle connection.").
+			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
 			Default("30s").Advanced(),
 		service.NewDurationField(FieldConnectTimeout).
 			Description("How long one connection attempt (TCP, TLS and CONNACK) may take.").
@@ -106,7 +109,7 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	if tlsOn {
 		c.TLS = tlsConf
 	}
-	if c.KeepAlive, err = pc.FieldDuration(FieldKeepAlive); err != nil {
+	if c.KeepAlive, err = parseKeepAlive(pc); err != nil {
 		return c, err
 	}
 	if c.ConnectTimeout, err = pc.FieldDuration(FieldConnectTimeout); err != nil {
@@ -168,4 +171,81 @@ func (c Config) Validate() error {
 		return errors.New("connect_timeout must be positive")
 	}
 	return c.Reconnect.check(FieldReconnect)
+}
+
+// parseKeepAlive reads keepalive as a duration ("30s") or, as users of
+// Benthos's mqtt components write it, a whole number of seconds (30).
+func parseKeepAlive(pc *service.ParsedConfig) (time.Duration, error) {
+	raw, err := pc.FieldString(FieldKeepAlive)
+	if err != nil {
+		return 0, err
+	}
+	if secs, err := strconv.Atoi(raw); err == nil {
+		if secs < 0 {
+			return 0, fmt.Errorf("keepalive: %d seconds is negative", secs)
+		}
+		return time.Duration(secs) * time.Second, nil
+	}
+	return pc.FieldDuration(FieldKeepAlive)
+}
+
+// FieldEnum reads a string field that must be one of valid. The linter
+// checks enum fields too, but `--chilled` and programmatic configs skip the
+// linter: a typo must not silently run as the default.
+func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, error) {
+	v, err := pc.FieldString(name)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(valid, v) {
+		return "", fmt.Errorf("%s: %q is not one of %s", name, v, strings.Join(valid, ", "))
+	}
+	return v, nil
+}
+
+// Field names of the ACK authentication both plugins take.
+const (
+	FieldAckAuthKey  = "ack_auth_key"
+	FieldAckAuthKeys = "ack_auth_keys"
+)
+
+// AckAuthFields declare the shared key (or keys, for rotation) of
+// authenticated end-to-end ACKs; use says what the key does in the
+// component.
+func AckAuthFields(use string) []*service.ConfigField {
+	return []*service.ConfigField{
+		service.NewStringField(FieldAckAuthKey).
+			Description("A secret shared by the `reliable_mqtt_in` that sends end-to-end ACKs and the `reliable_mqtt_out` that waits for them. " + use + " Empty (the default): ACKs are plain reliomq v1 messages. It authenticates the ACK's sender against anyone else who can publish on the ACK topic; TLS and broker ACLs on the ACK topic remain the first line of defence.").
+			Default("").Secret().Advanced(),
+		service.NewStringListField(FieldAckAuthKeys).
+			Description("Instead of `ack_auth_key`, for key rotation: the first key signs, any key verifies. Roll out a new key by putting it second everywhere, then first, then dropping the old one.").
+			Default([]string{}).Secret().Advanced(),
+	}
+}
+
+// ParseAckAuthKeys reads AckAuthFields: nil when ACKs are not
+// authenticated, else the keys with the signing key first.
+func ParseAckAuthKeys(pc *service.ParsedConfig) ([][]byte, error) {
+	one, err := pc.FieldString(FieldAckAuthKey)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pc.FieldStringList(FieldAckAuthKeys)
+	if err != nil {
+		return nil, err
+	}
+	if one != "" && len(list) > 0 {
+		return nil, fmt.Errorf("set %s or %s, not both", FieldAckAuthKey, FieldAckAuthKeys)
+	}
+	if one != "" {
+		list = []string{one}
+	}
+	var keys [][]byte
+	for i, k := range list {
+		if k == "" {
+			return nil, fmt.Errorf("%s[%d] is empty", FieldAckAuthKeys, i)
+		}
+		keys = append(keys, []byte(k))
+	}
+	return keys, nil
 }

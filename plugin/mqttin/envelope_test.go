@@ -2,6 +2,9 @@ package mqttin
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -29,14 +32,15 @@ func mustAck(t *testing.T, id string) string {
 
 // An ingress envelope becomes its inner payload with event_id and
 // destination_topic; after the pipeline acks, the canonical ACK is published
-// to ack_topic. A malformed envelope reaches the pipeline flagged with an
-// error, gets no end-to-end ACK, and is still PUBACKed once the pipeline
-// acknowledged it (e.g. a dead-letter output succeeded).
+// to ack_topic. With on_malformed: flag a malformed envelope reaches the
+// pipeline flagged with an error, gets no end-to-end ACK, and is still
+// PUBACKed once the pipeline acknowledged it (e.g. a dead-letter output
+// succeeded).
 func TestIngressEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 	b := startBroker(t)
 	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
 	topics := []string{"in/#", "t/#"}
-	extra := []string{"envelope: ingress", "ack_topic: acks/t"}
+	extra := []string{"envelope: ingress", "ack_topic: acks/t", "on_malformed: flag"}
 	ti := openInput(t, inputYAML(b.URL(), "ingress", topics, extra...))
 
 	malformed := []string{
@@ -90,7 +94,7 @@ func TestIngressEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 
 func TestDeliveryEnvelopeDecoded(t *testing.T) {
 	b := startBroker(t)
-	ti := openInput(t, inputYAML(b.URL(), "delivery", []string{"d/#"}, "envelope: delivery"))
+	ti := openInput(t, inputYAML(b.URL(), "delivery", []string{"d/#"}, "envelope: delivery", "on_malformed: flag"))
 	del, err := envelope.EncodeDelivery("ev-9", []byte(`[1,"x"]`))
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +114,56 @@ func TestDeliveryEnvelopeDecoded(t *testing.T) {
 		t.Fatal("an ingress envelope must not pass as a delivery envelope")
 	}
 	_ = ack(context.Background(), nil)
+}
+
+// By default a malformed envelope never reaches the pipeline: it is
+// acknowledged at the source (the marker comes first on the next session),
+// counted, logged, and produces no end-to-end ACK; the valid envelope
+// behind it is delivered.
+func TestMalformedEnvelopeIsDroppedAcknowledgedAndLoggedByDefault(t *testing.T) {
+	b := startBroker(t)
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	topics := []string{"in/#", "t/#"}
+	extra := []string{"envelope: ingress", "ack_topic: acks/t"}
+	ti := openInput(t, inputYAML(b.URL(), "dropmal", topics, extra...))
+	publish(t, b.URL(), "in/x", `not json`, `{"event_id":"ev-2","payload":1,"topic":"dest/#","version":1}`, mustIngress(t, "ev-3", "dest/x", `"ok"`))
+
+	msg, ack := ti.read()
+	if msg.GetError() != nil || meta(msg, metaEventID) != "ev-3" {
+		t.Fatalf("first message read: event_id %q error %v; want ev-3, the malformed ones dropped", meta(msg, metaEventID), msg.GetError())
+	}
+	_ = ack(context.Background(), nil)
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK for ev-3")
+	}
+	if !ti.logs.Contains("dropped and acknowledged (on_malformed: drop)") || !ti.logs.Contains(`dest/#`) {
+		t.Fatalf("no warning naming the dropped envelopes; logs:\n%s", ti.logs.String())
+	}
+	if n := acks.Count(); n != 1 {
+		t.Fatalf("%d ACKs published, want 1 (ev-3 only)", n)
+	}
+	ti.closeExpectMarkerFirst(b, "dropmal", topics) // envelope: none, so the marker is read as is
+}
+
+// With ack_auth_key the ACK carries the lowercase hex HMAC-SHA256 of the
+// event ID (computed here with the standard library, not the plugin's
+// code); without it the ACK stays the reliomq v1 bytes (the test above).
+func TestAckCarriesHMACWhenAckAuthKeyIsSet(t *testing.T) {
+	b := startBroker(t)
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	ti := openInput(t, inputYAML(b.URL(), "authack", []string{"in/#"}, "envelope: ingress", "ack_topic: acks/t", "ack_auth_key: s3cret"))
+	publish(t, b.URL(), "in/x", mustIngress(t, "ev-7", "dest/x", `1`))
+	_, ack := ti.read()
+	_ = ack(context.Background(), nil)
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK published")
+	}
+	mac := hmac.New(sha256.New, []byte("s3cret"))
+	mac.Write([]byte("ev-7"))
+	want := `{"auth":"` + hex.EncodeToString(mac.Sum(nil)) + `","event_id":"ev-7","version":1}`
+	if got := string(acks.Messages()[0].Payload); got != want {
+		t.Fatalf("ACK = %s\nwant  %s", got, want)
+	}
 }
 
 // When the end-to-end ACK cannot be published, the source is not
@@ -147,5 +201,5 @@ func TestAckPublishFailureLeavesSourceUnacked(t *testing.T) {
 	if !acks.WaitCount(1, 5*time.Second) {
 		t.Fatal("no ACK published after the connection came back")
 	}
-	ti.closeExpectMarkerFirst(b, "ackfail", topics, extra...)
+	ti.closeExpectMarkerFirst(b, "ackfail", topics) // envelope: none, so the marker is read as is
 }

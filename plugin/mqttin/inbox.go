@@ -36,7 +36,8 @@ type ackEntry struct {
 // connState is what the input knows about one connection (one
 // mqttclient.Conn): its ack order and its startup replay.
 type connState struct {
-	conn *mqttclient.Conn
+	conn    *mqttclient.Conn
+	pubrecs *pubrecs // the session's open QoS 2 exchanges
 
 	// mu guards the ack order.
 	//
@@ -90,6 +91,9 @@ func (cs *connState) complete(e *ackEntry, m *metrics) {
 		if cs.conn.Alive() {
 			for _, d := range due {
 				d.msg.Ack()
+				if d.msg.Qos() == 2 {
+					cs.pubrecs.sent(d.msg.MessageID())
+				}
 			}
 			m.acked.Incr(int64(len(due)))
 		}
@@ -119,6 +123,7 @@ type inbox struct {
 	qos0Retrying int         // QoS 0 messages in retries
 	retries      []*delivery // rejected, waiting for their due time
 	conns        map[*mqttclient.Conn]*connState
+	pubrecs      *pubrecs
 	wake         chan struct{} // closed and replaced when Read may have work
 	closed       bool
 
@@ -127,7 +132,7 @@ type inbox struct {
 }
 
 func newInbox(s settings, m *metrics, log *service.Logger) *inbox {
-	return &inbox{s: s, m: m, log: log, conns: map[*mqttclient.Conn]*connState{}, wake: make(chan struct{})}
+	return &inbox{s: s, m: m, log: log, conns: map[*mqttclient.Conn]*connState{}, pubrecs: newPubrecs(), wake: make(chan struct{})}
 }
 
 // signal wakes Read. Caller holds mu.
@@ -143,7 +148,7 @@ func (in *inbox) stateFor(conn *mqttclient.Conn) *connState {
 	if ok {
 		return cs
 	}
-	cs = &connState{conn: conn, inflight: map[uint16]struct{}{}, replayOver: in.s.client.CleanSession}
+	cs = &connState{conn: conn, pubrecs: in.pubrecs, inflight: map[uint16]struct{}{}, replayOver: in.s.client.CleanSession}
 	if !conn.Alive() {
 		// A late message of a connection already discarded: treat it as
 		// gone, unacknowledged (the broker redelivers it).
@@ -188,6 +193,9 @@ func dropConn(ds []*delivery, cs *connState) []*delivery {
 	return out
 }
 
+// onPubrel ends a QoS 2 exchange. It runs on paho's network reader.
+func (in *inbox) onPubrel(_ *mqttclient.Conn, id uint16) { in.pubrecs.released(id) }
+
 // onMessage routes one PUBLISH. It runs on paho's network reader, in
 // receive order, and never blocks.
 func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
@@ -203,6 +211,16 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 	}
 	in.mu.Unlock()
 
+	if msg.Qos() == 2 && in.pubrecs.retransmission(msg.MessageID(), msg.Duplicate()) {
+		// PUBREC'd, PUBREL pending: answer with PUBREC again (in order),
+		// never deliver it a second time.
+		in.m.duplicates.Incr(1)
+		in.log.Debugf("Ignoring retransmission of QoS 2 packet %d on topic %q: already received, waiting for its PUBREL", msg.MessageID(), msg.Topic())
+		entry := &ackEntry{msg: msg}
+		in.appendSeq(cs, entry)
+		cs.complete(entry, in.m)
+		return
+	}
 	var entry *ackEntry
 	if msg.Qos() > 0 {
 		cs.mu.Lock()

@@ -58,10 +58,14 @@ const (
 	fieldAckTopic          = "ack_topic"
 	fieldAckPublishTimeout = "ack_publish_timeout"
 	fieldRetry             = "retry_backoff"
+	fieldOnMalformed       = "on_malformed"
 
 	envelopeNone     = "none"
 	envelopeIngress  = "ingress"
 	envelopeDelivery = "delivery"
+
+	malformedDrop = "drop"
+	malformedFlag = "flag"
 
 	// Metadata keys set on every message.
 	metaTopic        = "mqtt_topic"
@@ -83,7 +87,7 @@ func inputSpec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Consumes MQTT with a persistent session and acknowledges each message to the broker only after the pipeline has finished with it.").
 		Description(`
-The PUBACK (QoS 1) or PUBREC (QoS 2) of a message is sent only after the pipeline acknowledged it: its output succeeded, or it was deliberately filtered. Acknowledgements leave in the order the messages arrived (MQTT 3.1.1 §4.6), so a later message's acknowledgement waits for the earlier ones of the same connection. A message the pipeline rejects is never acknowledged: the input delivers it again after a backoff (`+"`retry_backoff`"+`), and after a crash the broker redelivers it. An acknowledgement that belongs to a connection that has since dropped is not sent on the new one; the broker's redelivery is handled as a new delivery. The guarantee is at least once: a message can reach the pipeline more than once, so make its effect idempotent (see `+"`dedup_ledger`"+`). `+"`mqtt_duplicate`"+` is not a reliable duplicate signal (some brokers set it on first deliveries).
+The PUBACK (QoS 1) or PUBREC (QoS 2) of a message is sent only after the pipeline acknowledged it: its output succeeded, or it was deliberately filtered. Acknowledgements leave in the order the messages arrived (MQTT 3.1.1 §4.6), so a later message's acknowledgement waits for the earlier ones of the same connection. A message the pipeline rejects is never acknowledged: the input delivers it again after a backoff (`+"`retry_backoff`"+`), and after a crash the broker redelivers it. An acknowledgement that belongs to a connection that has since dropped is not sent on the new one; the broker's redelivery is handled as a new delivery. QoS 2: once a message's PUBREC is sent its packet ID is kept until the PUBREL, across reconnects of the process, and a PUBLISH resent with DUP=1 meanwhile is answered with PUBREC and not delivered again; after a restart it is delivered again. The guarantee is at least once: a message can reach the pipeline more than once, so make its effect idempotent (see `+"`dedup_ledger`"+`). `+"`mqtt_duplicate`"+` is not a reliable duplicate signal (some brokers set it on first deliveries).
 
 Use a stable `+"`client_id`"+` and keep `+"`clean_session: false`"+`: the broker then keeps the subscriptions and queues messages while the pipeline is down. Shutdown disconnects without UNSUBSCRIBE, so the session survives restarts.
 
@@ -93,7 +97,7 @@ A resumed session may receive messages that match none of `+"`topics`"+` (left o
 
 ### Envelopes and end-to-end ACKs
 
-With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output with `+"`errored()`"+` or a `+"`catch`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, but once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
+With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope is acknowledged and dropped with a warning (`+"`on_malformed: drop`"+`, the default), or, with `+"`on_malformed: flag`"+`, reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output on `+"`errored()`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, and once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
 
 ### Delivery hooks
 
@@ -131,10 +135,17 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 				envelopeNone:     "Deliver the payload bytes unchanged.",
 				envelopeIngress:  "Decode a reliomq v1 ingress envelope: body = inner payload, metadata `event_id` and `destination_topic`.",
 				envelopeDelivery: "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
-			}).Description("How the payload is decoded. Malformed envelopes are flagged with an error.").Default(envelopeNone),
+			}).Description("How the payload is decoded. What happens to a malformed envelope is set by `on_malformed`.").Default(envelopeNone),
+			service.NewStringAnnotatedEnumField(fieldOnMalformed, map[string]string{
+				malformedDrop: "Acknowledge the source message and drop it, with a warning naming its topic and the defect, counted in `reliable_mqtt_in_malformed_envelopes`. It never reaches the pipeline, so it cannot be forwarded as if it were valid, and it cannot stall the broker's in-flight window.",
+				malformedFlag: "Deliver it unchanged, flagged with an error, without `event_id` or `destination_topic`: route it with a `switch` output on `errored()` (e.g. to a dead-letter topic). `reliable_mqtt_out` refuses a flagged message, and a message the pipeline never acknowledges is delivered again.",
+			}).Description("With `envelope: ingress` or `delivery`: what to do with a payload that is not a valid reliomq v1 envelope. It never produces an end-to-end ACK.").Default(malformedDrop),
 			service.NewStringField(fieldAckTopic).
 				Description("When set (requires `envelope: ingress` or `delivery`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
+		).
+		Fields(mqttclient.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
+		Fields(
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
@@ -189,7 +200,9 @@ type settings struct {
 	replayTimeout     time.Duration
 	replayBufferSize  int
 	envelope          string
+	flagMalformed     bool
 	ackTopic          string
+	ackAuthKey        []byte // nil: plain reliomq v1 ACKs
 	ackPublishTimeout time.Duration
 	retry             mqttclient.Backoff
 }
@@ -239,9 +252,14 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = conf.FieldString(fieldEnvelope); err != nil {
+	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery); err != nil {
 		return s, err
 	}
+	onMalformed, err := mqttclient.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
+	if err != nil {
+		return s, err
+	}
+	s.flagMalformed = onMalformed == malformedFlag
 	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
 		return s, err
 	}
@@ -252,6 +270,16 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		if err := envelope.CheckPublishTopic(s.ackTopic); err != nil {
 			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
 		}
+	}
+	keys, err := mqttclient.ParseAckAuthKeys(conf)
+	if err != nil {
+		return s, err
+	}
+	if keys != nil {
+		if s.ackTopic == "" {
+			return s, errors.New("ack_auth_key needs ack_topic: it signs the end-to-end ACKs sent there")
+		}
+		s.ackAuthKey = keys[0]
 	}
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
@@ -303,8 +331,12 @@ func (i *input) Connect(ctx context.Context) error {
 				resumed.onMessage(conn, msg)
 				i.in.onMessage(conn, msg)
 			},
+			OnPubrel: i.in.onPubrel,
 			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
 				resumed.onConnect(conn)
+				if !conn.SessionPresent {
+					i.in.pubrecs.reset() // no session, no open exchanges
+				}
 				return conn.Subscribe(ctx, i.s.subs.brokerFilters(i.s.qos))
 			},
 		}, mqttclient.Options{ManualAck: true, Logger: i.log})
@@ -336,6 +368,9 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 		if d != nil {
 			if d.qos() > 0 && !d.cs.conn.Alive() {
 				continue // the broker redelivers it on the next connection
+			}
+			if i.dropMalformed(d) {
+				continue
 			}
 			msg, ack := i.attempt(d)
 			return msg, ack, nil
@@ -388,17 +423,33 @@ func (i *input) decode(m paho.Message) *decoded {
 	}
 }
 
-// attempt builds one delivery attempt: a fresh message with a fresh hook
-// list in its context, and the AckFunc that settles it.
-func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
+// dropMalformed decodes d at its first Read and, with on_malformed: drop,
+// acknowledges and drops a malformed envelope; it reports whether it did.
+func (i *input) dropMalformed(d *delivery) bool {
 	if d.decoded == nil {
 		d.decoded = i.decode(d.msg)
 		if d.decoded.err != nil {
 			i.m.malformed.Incr(1)
-			i.log.Warnf("%v", d.decoded.err)
+			what := "dropped and acknowledged (on_malformed: drop)"
+			if i.s.flagMalformed {
+				what = "delivered flagged with an error (on_malformed: flag)"
+			}
+			i.log.Warnf("%v; %s", d.decoded.err, what)
 		}
 	}
-	dec := d.decoded
+	if d.decoded.err == nil || i.s.flagMalformed {
+		return false
+	}
+	if d.entry != nil {
+		d.cs.complete(d.entry, i.m)
+	}
+	return true
+}
+
+// attempt builds one delivery attempt: a fresh message with a fresh hook
+// list in its context, and the AckFunc that settles it.
+func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
+	dec := d.decoded // set by dropMalformed
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
 	msg := service.NewMessage(append([]byte(nil), dec.body...))
@@ -473,7 +524,13 @@ func (i *input) settle(ctx context.Context, d *delivery, hooks *commit.Hooks, re
 // came from, so that it precedes the source's PUBACK on the wire. QoS 0
 // messages have no PUBACK to order; their ACK uses the current connection.
 func (i *input) publishAck(ctx context.Context, d *delivery) error {
-	payload, err := envelope.EncodeAck(d.decoded.eventID)
+	var payload []byte
+	var err error
+	if i.s.ackAuthKey != nil {
+		payload, err = envelope.EncodeAuthAck(d.decoded.eventID, i.s.ackAuthKey)
+	} else {
+		payload, err = envelope.EncodeAck(d.decoded.eventID)
+	}
 	if err != nil {
 		return err
 	}

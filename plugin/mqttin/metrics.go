@@ -14,7 +14,7 @@ type metrics struct {
 	droppedUnacked  *service.MetricCounter // held messages dropped locally without ack at the replay timeout
 	replayOverflows *service.MetricCounter // connections closed fail-closed by session_replay_buffer_size
 	qos0Dropped     *service.MetricCounter // QoS 0 messages dropped beyond receive_buffer_size
-	malformed       *service.MetricCounter // envelopes that failed to decode (flagged with an error)
+	malformed       *service.MetricCounter // envelopes that failed to decode (dropped or flagged)
 	acksPublished   *service.MetricCounter // end-to-end ACKs published to ack_topic
 	ackPublishFails *service.MetricCounter // end-to-end ACKs that could not be published
 	held            *service.MetricGauge   // messages held now

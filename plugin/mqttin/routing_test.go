@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSubscriptionPrecedence(t *testing.T) {
@@ -71,6 +72,9 @@ func TestBadConfigErrors(t *testing.T) {
 		{base + "client_id: x\ntopics: [ a ]\nreceive_buffer_size: 0\n", "receive_buffer_size must be at least 1"},
 		{base + "client_id: x\ntopics: [ a ]\nsession_replay_buffer_size: -1\n", "session_replay_buffer_size"},
 		{base + "client_id: x\ntopics: [ a ]\nsession_replay_timeout: 0s\n", "session_replay_timeout must be positive"},
+		// Enums are checked in code: --chilled skips the linter.
+		{base + "client_id: x\ntopics: [ a ]\nenvelope: ingres\n", `envelope: "ingres" is not one of none, ingress, delivery`},
+		{base + "client_id: x\ntopics: [ a ]\non_malformed: keep\n", `on_malformed: "keep" is not one of drop, flag`},
 	} {
 		conf, err := inputSpec().ParseYAML(tc.yaml, nil)
 		if err == nil {
@@ -117,5 +121,22 @@ func TestRoutingMetadata(t *testing.T) {
 			t.Errorf("%s: mqtt_message_id = %q", topic, meta(msg, metaMessageID))
 		}
 		_ = ack(context.Background(), nil)
+	}
+}
+
+// keepalive accepts Connect's integer form as seconds.
+func TestKeepaliveIntegerIsSeconds(t *testing.T) {
+	for yaml, want := range map[string]time.Duration{"keepalive: 30": 30 * time.Second, "keepalive: 45s": 45 * time.Second} {
+		conf, err := inputSpec().ParseYAML("urls: [ tcp://127.0.0.1:1 ]\nclient_id: x\ntopics: [ a ]\n"+yaml+"\n", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := parseSettings(conf)
+		if err != nil {
+			t.Fatalf("%s: %v", yaml, err)
+		}
+		if s.client.KeepAlive != want {
+			t.Fatalf("%s: keepalive %s, want %s", yaml, s.client.KeepAlive, want)
+		}
 	}
 }

@@ -53,6 +53,8 @@ const (
 	reasonUnknown   = "unknown"   // no published, unconfirmed record has this ID
 	reasonDuplicate = "duplicate" // the record was confirmed already
 	reasonOverflow  = "overflow"  // too many ACKs queued for the sender
+
+	reasonUnauthenticated = "unauthenticated" // ack_auth_key set, auth missing or wrong
 )
 
 // ignoredACKs accounts for ACKs that confirm nothing. Every one is counted;

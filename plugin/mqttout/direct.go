@@ -107,7 +107,7 @@ func (d *direct) send(ctx context.Context, rec record) error {
 	}
 	start := time.Now()
 	d.m.onPublished()
-	if err := conn.Publish(pubCtx, rec.topic, 1, false, rec.payload); err != nil {
+	if err := conn.Publish(pubCtx, rec.topic, 1, rec.retain, rec.payload); err != nil {
 		d.m.onRetried()
 		return fmt.Errorf("event %s: publish to %q not confirmed: %w", rec.eventID, rec.topic, err)
 	}

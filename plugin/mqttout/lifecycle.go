@@ -40,41 +40,52 @@ type output struct {
 	sender  *sender // outbox mode
 	direct  *direct // direct mode
 	stop    context.CancelFunc
+	closed  bool
 }
 
+// newOutput parses the config and opens the outbox: a path that can never
+// work (a directory, an unwritable directory, a foreign or damaged file, a
+// file another process holds) fails the constructor, which stops Benthos at
+// start with the message, instead of a Connect that is retried forever.
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
 	s, err := parseSettings(conf)
 	if err != nil {
 		return nil, err
 	}
-	return &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}, nil
+	o := &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}
+	if s.outboxOn {
+		if o.ob, err = openOutbox(s.outboxPath, s.outboxOpts); err != nil {
+			return nil, err
+		}
+		logResume(o.log, o.ob)
+	}
+	return o, nil
 }
 
-// Connect opens the outbox and starts connecting to the broker in the
-// background: with an outbox, writes are accepted while the broker is away.
+func openOutbox(path string, opts outbox.Options) (*outbox.Outbox, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the directory of outbox %s: %w", path, err)
+	}
+	return outbox.Open(path, opts)
+}
+
+// Connect starts connecting to the broker in the background: with an
+// outbox, writes are accepted while the broker is away.
 func (o *output) Connect(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.client != nil {
 		return nil
 	}
+	if o.closed {
+		return service.ErrNotConnected
+	}
 	cfg := o.s.client
-	if o.s.outboxOn {
-		if err := os.MkdirAll(filepath.Dir(o.s.outboxPath), 0o755); err != nil {
-			return fmt.Errorf("creating the directory of outbox %s: %w", o.s.outboxPath, err)
-		}
-		ob, err := outbox.Open(o.s.outboxPath, o.s.outboxOpts)
-		if err != nil {
+	if o.ob != nil && cfg.ClientID == "" {
+		var err error
+		if cfg.ClientID, err = o.ob.ClientID(); err != nil {
 			return err
 		}
-		if cfg.ClientID == "" {
-			if cfg.ClientID, err = ob.ClientID(); err != nil {
-				_ = ob.Close()
-				return err
-			}
-		}
-		o.ob = ob
-		logResume(o.log, ob)
 	}
 	// A stable client ID names a session worth keeping: ACKs that arrive
 	// while we are disconnected wait for us at the broker.
@@ -94,10 +105,6 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
-		if o.ob != nil {
-			_ = o.ob.Close()
-			o.ob = nil
-		}
 		return err
 	}
 	o.client = client
@@ -117,9 +124,14 @@ func (o *output) Connect(ctx context.Context) error {
 
 // onAck runs on paho's network reader: decode and hand over, never block.
 func (o *output) onAck(msg paho.Message) {
-	id, err := envelope.DecodeAck(msg.Payload())
+	ack, err := envelope.DecodeAuthAck(msg.Payload())
 	if err != nil {
 		o.ignored.ignore(reasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
+		return
+	}
+	id := ack.EventID
+	if o.s.ackAuthKeys != nil && !envelope.VerifyAck(ack, o.s.ackAuthKeys) {
+		o.ignored.ignore(reasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
 		return
 	}
 	if !o.acks.push(id) {
@@ -130,9 +142,17 @@ func (o *output) onAck(msg paho.Message) {
 func (o *output) Write(ctx context.Context, msg *service.Message) error {
 	o.mu.Lock()
 	ob, d := o.ob, o.direct
+	if o.client == nil {
+		ob, d = nil, nil
+	}
 	o.mu.Unlock()
 	if ob == nil && d == nil {
 		return service.ErrNotConnected
+	}
+	if err := msg.GetError(); err != nil {
+		// A processor failed this message (a malformed envelope, a ledger
+		// that could not check it): publishing it would pass it on as valid.
+		return fmt.Errorf("refusing a message flagged with an error (route it with a switch on errored() or reject_errored): %w", err)
 	}
 	rec, err := o.buildRecord(msg)
 	if err != nil {
@@ -171,6 +191,7 @@ func (o *output) Close(ctx context.Context) error {
 	defer cancel()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.closed = true
 	if o.stop != nil {
 		o.stop()
 	}

@@ -6,10 +6,13 @@ package mqttout
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
@@ -33,6 +36,7 @@ const (
 	fieldRetry           = "retry_backoff"
 	fieldMaxPayloadBytes = "max_payload_bytes"
 	fieldStatsInterval   = "stats_interval"
+	fieldRetained        = "retained"
 
 	confirmBroker    = "broker"
 	confirmEndToEnd  = "end_to_end"
@@ -57,6 +61,12 @@ The outbox is store-and-forward: writes are accepted while the broker is unreach
 
 With `+"`outbox.enabled: false`"+` (direct mode) `+"`Write`"+` returns only after the confirmation, or fails after the timeout so that the upstream message is not acknowledged and is retried. Use it for a bridge whose source must only be acknowledged once the destination confirmed.
 
+### Permanent and transient failures
+
+A message that can never be published fails `+"`Write`"+` with an error that starts with `+"`permanent failure: `"+`, and nothing is stored: a payload beyond `+"`max_payload_bytes`"+`, an invalid destination topic or event ID, an `+"`event_id`"+` that evaluates to `+"`null`"+`, a payload that cannot be enveloped. Route those with Benthos's own outputs instead of retrying them: a `+"`fallback`"+` whose next output is a `+"`switch`"+` on `+"`@fallback_error.has_prefix(\"permanent failure\")`"+` (a dead-letter topic), with `+"`reject`"+` for every other error so that the source delivers the message again (see `+"`config/bridge.yaml`"+`). Every other error is transient (no broker connection in direct mode, a disk that fails). A message flagged with an error by a processor is refused (not as permanent): publishing it would pass it on as valid.
+
+An outbox path that can never work (a directory, a path below a file, a file that is not a reliable-mqtt outbox, a file another process holds) fails the component when it is created, so the process stops at start with the message; `+"`confirm`"+`, `+"`envelope`"+`, a static `+"`topic`"+` and `+"`data_topic`"+` are checked then too.
+
 Use `+"`buffer: none`"+` (the default) in reliable pipelines: a buffer acknowledges the input before this output has the message.
 
 With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.`).
@@ -68,8 +78,11 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewInterpolatedStringField(fieldTopic).
 				Description("The destination topic of each message. It must be a valid publish topic: not empty, no `+` or `#` wildcards, no NUL, at most 65535 bytes.").
 				Example(`factory/${! meta("machine") }/data`),
+			service.NewInterpolatedStringField(fieldRetained).
+				Description("Publish with the retain flag: `true`, `false`, or (with `outbox.enabled: false`) an interpolation per message that yields one of them, e.g. `${! meta(\"retain\").or(\"false\") }`. The outbox stores no per-record flag, so with the outbox on it must be a constant (which applies to the records still pending when a process starts with another value). Not allowed with `confirm: end_to_end`: a retained envelope would reach every new subscriber of `data_topic` again. There is no `qos` field: records are published at QoS 1, the only level whose acknowledgement confirms a record — QoS 0 has none (a message lost on the way would be deleted as sent), and QoS 2's extra round trip adds nothing the event ID does not already give the consumer.").
+				Default("false").Advanced(),
 			service.NewInterpolatedStringField(fieldEventID).
-				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Note that Benthos interpolates missing metadata as the string `null`: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
+				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Benthos interpolates missing metadata as the string `null`; such a message is refused (a permanent failure) and nothing is published: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
 				Default("").
 				Example(`${! meta("event_id").or("") }`),
 			service.NewStringAnnotatedEnumField(fieldConfirm, map[string]string{
@@ -82,6 +95,9 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewStringField(fieldAckTopic).
 				Description("With `confirm: end_to_end`: the topic on which ACKs arrive.").
 				Default("reliomq/acks"),
+		).
+		Fields(mqttclient.AckAuthFields("With `confirm: end_to_end`, an ACK confirms a record only when its `auth` is the HMAC-SHA256 of the event ID under this key; any other ACK is ignored and counted in `reliable_mqtt_out_acks_ignored{reason=\"unauthenticated\"}`.")...).
+		Fields(
 			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
 				envelopeNone:     "Publish the payload bytes unchanged.",
 				envelopeDelivery: "Wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate.",
@@ -159,10 +175,13 @@ type settings struct {
 	client          mqttclient.Config
 	topic           *service.InterpolatedString
 	eventID         *service.InterpolatedString
+	retained        *service.InterpolatedString // nil: the constant retainedConst
+	retainedConst   bool
 	endToEnd        bool
 	deliveryEnv     bool
 	dataTopic       string
 	ackTopic        string
+	ackAuthKeys     [][]byte // nil: ACKs are not authenticated
 	outboxOn        bool
 	outboxPath      string
 	outboxOpts      outbox.Options
@@ -187,12 +206,18 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.eventID, err = conf.FieldInterpolatedString(fieldEventID); err != nil {
 		return s, err
 	}
-	confirm, err := conf.FieldString(fieldConfirm)
+	if raw, err := conf.FieldString(fieldTopic); err == nil && !strings.Contains(raw, "${!") {
+		// A static topic is checked now rather than on every message.
+		if err := envelope.CheckPublishTopic(raw); err != nil {
+			return s, fmt.Errorf("topic %q: %w", raw, err)
+		}
+	}
+	confirm, err := mqttclient.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
 	if err != nil {
 		return s, err
 	}
 	s.endToEnd = confirm == confirmEndToEnd
-	env, err := conf.FieldString(fieldEnvelope)
+	env, err := mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery)
 	if err != nil {
 		return s, err
 	}
@@ -205,6 +230,22 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
 		return s, err
+	}
+	if s.endToEnd {
+		// Publishing to a wildcard is refused by the broker with a dropped
+		// connection, which would look like an endless outage.
+		if err := envelope.CheckPublishTopic(s.dataTopic); err != nil {
+			return s, fmt.Errorf("data_topic %q: %w", s.dataTopic, err)
+		}
+		if s.ackTopic == "" {
+			return s, errors.New("ack_topic must not be empty with confirm: end_to_end")
+		}
+	}
+	if s.ackAuthKeys, err = mqttclient.ParseAckAuthKeys(conf); err != nil {
+		return s, err
+	}
+	if s.ackAuthKeys != nil && !s.endToEnd {
+		return s, errors.New("ack_auth_key applies to confirm: end_to_end only (confirm: broker receives no ACKs)")
 	}
 	if s.outboxOn, err = conf.FieldBool(fieldOutbox, fieldOutboxEnabled); err != nil {
 		return s, err
@@ -253,5 +294,30 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err
 	}
-	return s, nil
+	return s, s.parseRetained(conf) // after outbox and confirm
+}
+
+// parseRetained reads retained: a constant, or an interpolation evaluated
+// per message in direct mode (the outbox keeps no flag per record).
+func (s *settings) parseRetained(conf *service.ParsedConfig) error {
+	raw, err := conf.FieldString(fieldRetained)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(raw, "${!") {
+		if s.retainedConst, err = strconv.ParseBool(raw); err != nil {
+			return fmt.Errorf("retained: %q is neither true nor false", raw)
+		}
+	} else {
+		if s.outboxOn {
+			return errors.New("retained: an interpolation needs outbox.enabled: false (the outbox stores no flag per record); use true or false")
+		}
+		if s.retained, err = conf.FieldInterpolatedString(fieldRetained); err != nil {
+			return err
+		}
+	}
+	if s.endToEnd && (s.retainedConst || s.retained != nil) {
+		return errors.New("retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again")
+	}
+	return nil
 }

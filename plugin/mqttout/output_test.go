@@ -3,6 +3,7 @@ package mqttout_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -345,19 +348,61 @@ reliable_mqtt_out:
 	}
 }
 
-func TestForeignOutboxFileIsRefusedAndLeftUntouched(t *testing.T) {
+func TestForeignOutboxFileIsRefusedAtStartAndLeftUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	garbage := []byte(strings.Repeat("not a database\n", 500))
 	if err := os.WriteFile(path, garbage, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := startPipeline(t, outputConf(unreachable, path))
-	go func() { _ = p.write(3*time.Second, "x", "n", "a") }()
-	harness.Eventually(t, waitLong, "an error naming the file", func() bool { return p.logs.Contains(path) })
-	p.stop()
+	select {
+	case err := <-p.done:
+		if err == nil || !strings.Contains(err.Error(), path) {
+			t.Fatalf("stream ended with %v, want an error naming %s", err, path)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("the stream kept running on a foreign outbox file")
+	}
 	got, err := os.ReadFile(path)
 	if err != nil || string(got) != string(garbage) {
 		t.Fatalf("the refused file was changed (err %v)", err)
+	}
+}
+
+// Every message-level refusal is permanent and says so in a way a fallback
+// output can route on; a null event ID (missing metadata) is one of them,
+// with the fix in the message; a message flagged with an error is refused
+// too (not permanent: the flag's cause may pass). Nothing is stored.
+func TestPermanentRefusalsSaySoAndNullEventIDIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	p := startPipeline(t, outputConf(unreachable, path, "event_id", `'${! meta("id") }'`, "max_payload_bytes", "100"))
+	err := p.write(10*time.Second, `{}`, "n", "a")
+	if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), `event_id evaluated to "null"`) || !strings.Contains(err.Error(), `.or("")`) {
+		t.Fatalf("null event ID: got %v, want a permanent error naming event_id and the .or(\"\") fix", err)
+	}
+	for _, c := range []struct{ payload, topic, id string }{
+		{`{}`, "a/+", "ok-1"},
+		{strings.Repeat("x", 200), "a", "ok-2"},
+		{`{}`, "a", "bad id"},
+	} {
+		err := p.write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
+		if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
+			t.Errorf("topic %q id %q: got %v, want an error starting with %q", c.topic, c.id, err, mqttout.PermanentPrefix)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	flagged := service.NewMessage([]byte(`{}`))
+	flagged.MetaSetMut("n", "a")
+	flagged.MetaSetMut("id", "ok-3")
+	flagged.SetError(errors.New("upstream processor failed"))
+	err = p.send(ctx, flagged)
+	if err == nil || strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), "upstream processor failed") {
+		t.Fatalf("flagged message: got %v, want a (transient) refusal carrying the flag's error", err)
+	}
+	p.stop()
+	if left := pendingIn(t, path); left != 0 {
+		t.Fatalf("refused messages left %d records in the outbox", left)
 	}
 }
 
@@ -410,5 +455,87 @@ func TestUnreadableRecordIsSkippedAndKeptWhileTheOthersAreDelivered(t *testing.T
 	}
 	if left := pendingIn(t, path); left != 1 {
 		t.Fatalf("outbox holds %d records, want the damaged one kept", left)
+	}
+}
+
+// With ack_auth_keys only an ACK whose auth verifies confirms a record:
+// a plain reliomq v1 ACK and one signed with another key are ignored and
+// counted as unauthenticated while the record stays; an ACK signed with the
+// second (older) key of the rotation list confirms it.
+func TestForgedACKsDoNotConfirmWhenACKsAreAuthenticated(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	var honest atomic.Bool
+	acker := harness.StartAcker(t, m.URL(), "auth/data", "auth/acks", func(in envelope.Ingress) [][]byte {
+		plain, _ := envelope.EncodeAck(in.EventID)
+		other, _ := envelope.EncodeAuthAck(in.EventID, []byte("someone-else"))
+		if !honest.Load() {
+			return [][]byte{plain, other}
+		}
+		good, _ := envelope.EncodeAuthAck(in.EventID, []byte("old-key"))
+		return [][]byte{good}
+	})
+	p := startPipeline(t, outputConf(m.URL(), path, "confirm", "end_to_end", "data_topic", "auth/data", "ack_topic", "auth/acks",
+		"ack_timeout", "1s", "ack_auth_keys", "[ new-key, old-key ]"))
+	if err := p.write(10*time.Second, `{"v":1}`, "n", "a", "id", "evt-auth"); err != nil {
+		t.Fatal(err)
+	}
+	// Resent after each ack_timeout: it was not confirmed by the forgeries.
+	harness.Eventually(t, waitLong, "the record published three times", func() bool { return len(acker.Seen()) >= 3 })
+	if !p.logs.Contains("Ignoring unauthenticated ACK for event evt-auth") {
+		t.Fatalf("no unauthenticated ACK logged:\n%s", p.logs.String())
+	}
+	if p.logs.Contains("; 0 pending (0 bytes)") {
+		t.Fatal("the outbox emptied on forged ACKs")
+	}
+	honest.Store(true)
+	waitDrained(t, p)
+}
+
+// retained: a constant applies to every record (outbox mode), an
+// interpolation per message (direct mode); a subscriber that arrives later
+// gets exactly the retained ones. An interpolation with the outbox on is
+// refused at start.
+func TestRetainedIsSetFromConfigOrPerMessage(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	p := startPipeline(t, outputConf(m.URL(), path, "retained", "true", "topic", "ret/const"))
+	if err := p.write(10*time.Second, "kept", "id", "r-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitDrained(t, p)
+	p.stop()
+
+	d := startPipeline(t, outputConf(m.URL(), path, "outbox", "{ enabled: false }", "retained", `'${! meta("r") }'`))
+	if err := d.write(10*time.Second, "yes", "n", "a", "r", "true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.write(10*time.Second, "no", "n", "b", "r", "false"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.write(10*time.Second, "bad", "n", "c", "r", "maybe"); err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
+		t.Fatalf("retained \"maybe\": got %v, want a permanent refusal", err)
+	}
+
+	late := harness.Subscribe(t, m.URL(), "late-sub", true, "ret/#", "test/#")
+	if !late.WaitCount(2, 10*time.Second) {
+		t.Fatalf("late subscriber got %d retained messages, want 2", late.Count())
+	}
+	got := map[string]bool{}
+	for _, r := range late.Messages() {
+		got[r.Topic+"="+string(r.Payload)] = r.Retained
+	}
+	if !got["ret/const=kept"] || !got["test/a=yes"] || len(got) != 2 {
+		t.Fatalf("late subscriber got %v, want ret/const=kept and test/a=yes, retained", got)
+	}
+
+	bad := startPipeline(t, outputConf(m.URL(), filepath.Join(t.TempDir(), "o.db"), "retained", `'${! meta("r") }'`))
+	select {
+	case err := <-bad.done:
+		if err == nil || !strings.Contains(err.Error(), "outbox.enabled: false") {
+			t.Fatalf("interpolated retained with an outbox: %v", err)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("interpolated retained with an outbox was accepted")
 	}
 }

@@ -145,7 +145,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 				f := &flight{rec: r, sentAt: now, deadline: now.Add(wait)}
 				f.elem = inflight.PushBack(f)
 				byID[r.EventID] = f
-				f.tok = conn.PublishAsync(r.Topic, 1, false, r.Payload)
+				f.tok = conn.PublishAsync(r.Topic, 1, sd.s.retainedConst, r.Payload)
 				sd.m.onPublished()
 			}
 			if corrupt != nil {
