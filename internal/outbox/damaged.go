@@ -1,0 +1,191 @@
+package outbox
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+)
+
+// Damaged records. Every read checks a record's checksum; one that fails is
+// never returned to a sender. It is moved, byte for byte, to outbox/damaged
+// (same key) by the committer, counted in outbox/meta "damaged", and
+// reported through Options.OnDamaged; the records after it go on.
+var (
+	bucketDamaged = []byte("outbox/damaged")
+	keyDamaged    = []byte("damaged")
+	// keyChecksums is present once every record in the file carries a
+	// checksum: set when the outbox is created, or after upgradeRecords.
+	keyChecksums = []byte("checksums")
+)
+
+// upgradeBatch bounds the records rewritten per upgrade transaction.
+const upgradeBatch = 10000
+
+// DamagedRecord is a record that failed its checksum (or its decoding) and
+// was moved to the outbox/damaged bucket. It was never published.
+type DamagedRecord struct {
+	Path   string
+	Seq    uint64 // 0 if the key itself is not a sequence number
+	Size   int    // bytes of the stored value
+	Reason string
+}
+
+func (d DamagedRecord) String() string {
+	return fmt.Sprintf("outbox file %s: record seq %d (%d bytes) is damaged (%s); it was not published and was moved to the %q bucket; the records after it go on",
+		d.Path, d.Seq, d.Size, d.Reason, bucketDamaged)
+}
+
+// suspect is a record a reader found damaged, to be moved aside.
+type suspect struct {
+	key    []byte
+	reason string
+}
+
+// moveAside moves the value under key from records to outbox/damaged if it
+// still fails to decode, and returns what it did (ok=false: nothing).
+// Caller updates the pending counters with the returned size estimate.
+func (o *Outbox) moveAside(tx *bolt.Tx, key []byte, reason string) (d DamagedRecord, size int64, ok bool, err error) {
+	records := tx.Bucket(bucketRecords)
+	v := records.Get(key)
+	if v == nil {
+		return d, 0, false, nil
+	}
+	if _, derr := decodeRecord(key, v, false); derr == nil {
+		return d, 0, false, nil // reads fine now: keep it
+	} else if reason == "" {
+		reason = derr.Error()
+	}
+	damaged, err := tx.CreateBucketIfNotExists(bucketDamaged)
+	if err != nil {
+		return d, 0, false, err
+	}
+	if err := damaged.Put(key, append([]byte(nil), v...)); err != nil {
+		return d, 0, false, err
+	}
+	if err := records.Delete(key); err != nil {
+		return d, 0, false, err
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := boltfile.PutUint64(meta, keyDamaged, boltfile.Uint64(meta, keyDamaged)+1); err != nil {
+		return d, 0, false, err
+	}
+	d = DamagedRecord{Path: o.path, Seq: seqFromKey(key), Size: len(v), Reason: reason}
+	return d, estimatedSize(v), true, nil
+}
+
+// estimatedSize is what a damaged value is taken to have counted against
+// pending_bytes: its length less the fixed overhead (its own length fields
+// cannot be trusted).
+func estimatedSize(v []byte) int64 {
+	n := int64(len(v) - headerLen - crcLen - 2)
+	return max(n, 0)
+}
+
+// upgradeRecords rewrites version-1 records (written before checksums)
+// with a checksum, upgradeBatch per transaction, then marks the file as
+// checksummed. A version-1 record that does not decode is moved aside.
+func (o *Outbox) upgradeRecords() error {
+	var after []byte
+	var found []DamagedRecord
+	defer func() {
+		for _, d := range found {
+			o.reportDamaged(d)
+		}
+	}()
+	for {
+		done := false
+		err := o.file.Update(func(tx *bolt.Tx) error {
+			records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
+			type rewrite struct{ key, val []byte }
+			var puts []rewrite
+			var bad [][]byte
+			c := records.Cursor()
+			k, v := c.First()
+			if after != nil {
+				k, v = c.Seek(after)
+				if k != nil && string(k) == string(after) {
+					k, v = c.Next()
+				}
+			}
+			n := 0
+			for ; k != nil && n < upgradeBatch; k, v = c.Next() {
+				n++
+				after = append(after[:0], k...)
+				if len(v) > 0 && v[0] == recordVersion {
+					continue
+				}
+				view, err := decodeRecord(k, v, true)
+				if err != nil {
+					bad = append(bad, append([]byte(nil), k...))
+					continue
+				}
+				rec := view.record(seqFromKey(k))
+				puts = append(puts, rewrite{append([]byte(nil), k...), encodeRecord(&rec)})
+			}
+			for _, p := range puts {
+				if err := records.Put(p.key, p.val); err != nil {
+					return err
+				}
+			}
+			for _, key := range bad {
+				d, sz, ok, err := o.moveAside(tx, key, "")
+				if err != nil {
+					return err
+				}
+				if ok {
+					found = append(found, d)
+					if err := addPending(meta, -1, -sz); err != nil {
+						return err
+					}
+				}
+			}
+			if k != nil {
+				return nil
+			}
+			done = true
+			return meta.Put(keyChecksums, []byte{1})
+		})
+		if err != nil {
+			return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// checkCount compares the records in the file with the stored counter: a
+// damaged page can drop records without any read failing (a leaf's element
+// count lowered). Only run after the file's structure was verified.
+func (o *Outbox) checkCount() error {
+	var have, want uint64
+	err := o.file.View(func(tx *bolt.Tx) error {
+		want = boltfile.Uint64(tx.Bucket(bucketMeta), keyPending)
+		have = uint64(tx.Bucket(bucketRecords).Stats().KeyN)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if have < want {
+		return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but only %d are in the file: %d records were lost to damage", want, have, want-have)}
+	}
+	return nil
+}
+
+func (o *Outbox) reportDamaged(d DamagedRecord) {
+	if o.opts.OnDamaged != nil {
+		o.opts.OnDamaged(d)
+	}
+}
+
+func addPending(meta *bolt.Bucket, n int64, nbytes int64) error {
+	p := int64(boltfile.Uint64(meta, keyPending)) + n
+	b := int64(boltfile.Uint64(meta, keyPendingBytes)) + nbytes
+	if err := boltfile.PutUint64(meta, keyPending, uint64(max(p, 0))); err != nil {
+		return err
+	}
+	return boltfile.PutUint64(meta, keyPendingBytes, uint64(max(b, 0)))
+}
