@@ -63,9 +63,16 @@ func (o *output) Connect(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Dir(o.s.outboxPath), 0o755); err != nil {
 			return fmt.Errorf("creating the directory of outbox %s: %w", o.s.outboxPath, err)
 		}
-		ob, err := outbox.Open(o.s.outboxPath, o.s.outboxOpts)
+		opts := o.s.outboxOpts
+		opts.OnDamaged = func(d outbox.DamagedRecord) { o.log.Errorf("%v", d) }
+		ob, err := outbox.Open(o.s.outboxPath, opts)
 		if err != nil {
 			return err
+		}
+		if md := ob.MetaDamage(); md != nil && md.RolledBack() {
+			o.log.Errorf("%v. The outbox is used as it is: records confirmed in the lost commit are published again, and records appended in it are missing", md)
+		} else if md != nil {
+			o.log.Warnf("%v", md)
 		}
 		if cfg.ClientID == "" {
 			if cfg.ClientID, err = ob.ClientID(); err != nil {
