@@ -187,3 +187,25 @@ func damageNewestMeta(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnreadableEntryStopsTheUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	f, err := boltfile.Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Update(func(tx *bolt.Tx) error {
+		keys, _ := tx.CreateBucket(bucketKeys)
+		_, _ = tx.CreateBucket(bucketTime)
+		_, _ = tx.CreateBucket(bucketMeta)
+		k, _ := Key{ID: "x"}.encode()
+		return keys.Put(k, []byte{valueVersionV1, 0, 0})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Release()
+	_, err = Open(path, Options{})
+	if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), "adding checksums") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v", err)
+	}
+}

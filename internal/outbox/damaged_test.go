@@ -232,4 +232,32 @@ func TestVerifiedOpenRefusesAnOutboxThatLostRecords(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "5 outbox records are pending but only 4") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v", err)
 	}
+	// Unverified, the loss goes unnoticed: what verify_on_start is for.
+	o2 := openT(t, path, Options{Verify: boltfile.VerifyNever})
+	if got := readAll(t, o2); len(got) != 4 {
+		t.Fatalf("unverified open read %d records", len(got))
+	}
+}
+
+func TestUnreadableRecordOfAnOldOutboxIsMovedAsideByTheUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	writeV1Outbox(t, path, 3)
+	f, err := boltfile.Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRecords).Put(seqKey(2), []byte{recordVersionV1, 1, 2})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Release()
+	o := openT(t, path, Options{})
+	got := readAll(t, o)
+	if len(got) != 2 || got[0].EventID != "old-0" || got[1].EventID != "old-2" {
+		t.Fatalf("read %+v", got)
+	}
+	if st := o.Stats(); st.Damaged != 1 || st.Pending != 2 {
+		t.Fatalf("stats %+v", st)
+	}
 }

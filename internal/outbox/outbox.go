@@ -484,7 +484,8 @@ func (o *Outbox) wakeWaitersLocked() {
 }
 
 // CorruptRecordError names a stored record that cannot be decoded. It is
-// errors.Is ErrCorrupt. Readers may skip past Seq; nothing deletes it.
+// errors.Is ErrCorrupt. Read no longer returns it (a damaged record is moved
+// aside, see damaged.go); it is kept for callers that still check for it.
 type CorruptRecordError struct {
 	Path string
 	Seq  uint64
@@ -492,11 +493,7 @@ type CorruptRecordError struct {
 }
 
 func (e *CorruptRecordError) Error() string {
-	return fmt.Sprintf("outbox file %s: record seq %d: %v (%v); it is left in place: restore the file from a backup or remove the record by hand", e.Path, e.Seq, ErrCorrupt, e.Err)
+	return fmt.Sprintf("outbox file %s: record seq %d: %v (%v)", e.Path, e.Seq, ErrCorrupt, e.Err)
 }
 
 func (e *CorruptRecordError) Unwrap() error { return ErrCorrupt }
-
-func corruptError(path string, seq uint64, err error) error {
-	return &CorruptRecordError{Path: path, Seq: seq, Err: err}
-}

@@ -8,7 +8,9 @@ package damage
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,7 +88,9 @@ func TestDamagedOutboxIsReadOrRefused(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "outbox.db")
 			touched, all := damaged(t, v, base, path, uint64(i), leaves)
 			sub := harness.Subscribe(t, mosq.URL(), fmt.Sprintf("damage-sub-%d", i), true, "damage/#")
-			p := harness.RunPipeline(t, drainConfig(mosq.URL(), path), harness.ProcOptions{})
+			httpAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+			metricsURL := "http://" + httpAddr + "/metrics"
+			p := harness.RunPipeline(t, drainConfig(mosq.URL(), path, httpAddr), harness.ProcOptions{})
 			done := harness.Poll(runWait, func() bool {
 				log := p.RunLog()
 				return refusal(log, path) != "" || strings.Contains(log, "; 0 pending (") || !p.Running()
@@ -133,9 +137,12 @@ func TestDamagedOutboxIsReadOrRefused(t *testing.T) {
 			if lost > 0 {
 				t.Fatalf("%d intact records were neither published nor was the file refused", lost)
 			}
-			t.Logf("published %d of %d records", len(got), len(stored))
-			if m := regexp.MustCompile(`record seq \d+ .* is damaged`).FindString(p.RunLog()); m != "" {
-				t.Logf("moved aside: %s", m)
+			// Each record moved aside is logged with its position and
+			// counted in the metric.
+			aside := len(movedAside.FindAllString(p.RunLog(), -1))
+			t.Logf("published %d of %d records, %d moved aside as damaged", len(got), len(stored), aside)
+			if !harness.Poll(10*time.Second, func() bool { return damagedGauge(metricsURL) == aside }) {
+				t.Errorf("reliable_mqtt_out_damaged_records is %d, want %d", damagedGauge(metricsURL), aside)
 			}
 		})
 	}
@@ -147,6 +154,7 @@ func writeOutbox(t *testing.T, path string) {
 	t.Helper()
 	noBroker := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	p := harness.RunPipeline(t, fmt.Sprintf(`
+http: { enabled: false }
 logger: { level: INFO }
 input:
   generate:
@@ -191,9 +199,35 @@ func storedRecords(t *testing.T, path, dir string) map[string]outbox.Record {
 	return out
 }
 
+// movedAside matches the log line of a record moved aside.
+var movedAside = regexp.MustCompile(`record seq \d+ \(\d+ bytes\) is damaged`)
+
+// damagedGauge reads reliable_mqtt_out_damaged_records from the JSON
+// metrics at url; -1 while it is not there.
+func damagedGauge(url string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var stats map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+		return -1
+	}
+	for k, v := range stats {
+		if f, ok := v.(float64); ok && strings.HasPrefix(k, "reliable_mqtt_out_damaged_records") {
+			return int(f)
+		}
+	}
+	return -1
+}
+
 // drainConfig sends an existing outbox and writes nothing new.
-func drainConfig(url, path string) string {
+func drainConfig(url, path, httpAddr string) string {
 	return fmt.Sprintf(`
+http: { address: %q }
+metrics: { json_api: {} }
 logger: { level: INFO }
 input:
   generate:
@@ -206,7 +240,7 @@ output:
     outbox: { path: %q }
     stats_interval: 200ms
     publish_timeout: 2s
-`, url, path)
+`, httpAddr, url, path)
 }
 
 func TestDamagedLedgerForgetsNoKeyWithoutAnError(t *testing.T) {
@@ -255,6 +289,7 @@ func TestDamagedLedgerForgetsNoKeyWithoutAnError(t *testing.T) {
 func runLedger(t *testing.T, path string) *harness.Proc {
 	t.Helper()
 	p := harness.RunPipeline(t, fmt.Sprintf(`
+http: { enabled: false }
 logger: { level: INFO }
 input:
   generate:
