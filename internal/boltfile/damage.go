@@ -24,7 +24,7 @@ type DamagedError struct {
 }
 
 func (e *DamagedError) Error() string {
-	return fmt.Sprintf("bbolt file %s is %v (%s); refusing to use it: stop the process, move the file aside (mv %s %s.damaged) and start with a new file, or restore it from a backup; what is still readable can be exported from the moved file",
+	return fmt.Sprintf("bbolt file %s is %v (%s); refusing to use it: stop the process, move the file aside (mv %s %s.damaged) and start with a new file, or restore it from a backup (keep the moved file: it may hold records not yet delivered)",
 		e.Path, ErrDamaged, e.Cause, e.Path, e.Path)
 }
 

@@ -129,6 +129,18 @@ func TestDamagedNewestMetaPageIsARollbackRefusedUnlessAccepted(t *testing.T) {
 	if _, err := Acquire(path); err == nil {
 		t.Fatal("a second Acquire without AcceptRollback joined a rolled-back file")
 	}
+	// The next commit rewrites the damaged page: the flag is needed once.
+	if err := f.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("data")).Put([]byte("after"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Release()
+	f, err = Acquire(path)
+	if err != nil {
+		t.Fatalf("after one commit the file still needs AcceptRollback: %v", err)
+	}
+	if f.MetaDamage() != nil || !hasKey(t, f, "after") {
+		t.Fatalf("MetaDamage = %v after a commit", f.MetaDamage())
+	}
 	_ = f.Release()
 }
 

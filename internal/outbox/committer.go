@@ -219,8 +219,9 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 	if k := ids.Get(id); k != nil {
 		k = append([]byte(nil), k...)
 		seq := seqFromKey(k)
-		view, err := decodeRecord(k, records.Get(k), false)
-		if v := records.Get(k); v != nil && err != nil {
+		v := records.Get(k)
+		view, err := decodeRecord(k, v, false)
+		if v != nil && err != nil {
 			// The pending copy is damaged: move it aside, and this entry
 			// takes its place as a new record.
 			if err := o.setAsideIn(tx, k, err.Error(), d); err != nil {
