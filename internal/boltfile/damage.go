@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"hash/fnv"
 	"os"
 	"runtime/debug"
@@ -219,33 +218,16 @@ func (v Verify) wants(size int64) bool {
 	return size <= AutoVerifyMaxBytes
 }
 
-// verify reads every page the file references, in this goroutine (so a
-// fault is recovered by guard), then runs bbolt's consistency check, which
-// also finds pages both used and free, or neither.
+// verify walks every page the file references, reading the file itself
+// (walkPages: no loop, no read outside a page can follow), then runs bbolt's
+// consistency check, which also finds pages both used and free, or
+// neither, and keys out of order.
 func verify(tx *bolt.Tx, path string) error {
-	// Every key and value byte is read here, not only sliced: a damaged
-	// element points anywhere, and only this goroutine turns the fault of
-	// reading there into a recoverable panic (Check reads keys on its own).
-	var sum uint32
-	var walk func(b *bolt.Bucket) error
-	walk = func(b *bolt.Bucket) error {
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			sum = crc32.Update(crc32.Update(sum, crc32.IEEETable, k), crc32.IEEETable, v)
-			if v == nil {
-				if nested := b.Bucket(k); nested != nil {
-					if err := walk(nested); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}
-	if err := tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walk(b) }); err != nil {
+	pageSize := int64(tx.DB().Info().PageSize)
+	root := uint64(tx.Cursor().Bucket().RootPage())
+	if err := walkPages(path, pageSize, uint64(tx.Size()/pageSize), root); err != nil {
 		return err
 	}
-	_ = sum // read for its side effect: every byte touched
 	const shown = 5
 	var problems []string
 	n := 0
