@@ -20,6 +20,7 @@ type pageWalker struct {
 	pageSize int64
 	hwm      uint64 // pages in use; valid ids are 2 .. hwm-1
 	seen     map[uint64]bool
+	bufs     [][]byte // one page buffer per tree level, reused
 }
 
 const (
@@ -56,12 +57,15 @@ func (w *pageWalker) page(id uint64, depth int) error {
 	if w.seen[id] {
 		return w.damaged("page %d is referred to twice (a loop or a shared page)", id)
 	}
-	var head [16]byte
-	if _, err := w.f.ReadAt(head[:], int64(id)*w.pageSize); err != nil {
+	for len(w.bufs) <= depth {
+		w.bufs = append(w.bufs, make([]byte, w.pageSize))
+	}
+	buf := w.bufs[depth][:w.pageSize]
+	if _, err := w.f.ReadAt(buf, int64(id)*w.pageSize); err != nil {
 		return w.damaged("reading page %d: %v", id, err)
 	}
-	overflow := uint64(binary.NativeEndian.Uint32(head[12:]))
-	if got := binary.NativeEndian.Uint64(head[:]); got != id {
+	overflow := uint64(binary.NativeEndian.Uint32(buf[12:]))
+	if got := binary.NativeEndian.Uint64(buf); got != id {
 		return w.damaged("page %d names itself %d", id, got)
 	}
 	if id+overflow >= w.hwm {
@@ -70,9 +74,12 @@ func (w *pageWalker) page(id uint64, depth int) error {
 	for i := id; i <= id+overflow; i++ {
 		w.seen[i] = true
 	}
-	buf := make([]byte, int64(overflow+1)*w.pageSize)
-	if _, err := w.f.ReadAt(buf, int64(id)*w.pageSize); err != nil {
-		return w.damaged("reading page %d: %v", id, err)
+	if overflow > 0 {
+		buf = append(buf, make([]byte, int64(overflow)*w.pageSize)...)
+		w.bufs[depth] = buf
+		if _, err := w.f.ReadAt(buf[w.pageSize:], int64(id+1)*w.pageSize); err != nil {
+			return w.damaged("reading page %d: %v", id, err)
+		}
 	}
 	return w.elements(buf, id, depth)
 }

@@ -50,7 +50,12 @@ func (o *Outbox) moveAside(tx *bolt.Tx, key []byte, reason string) (d DamagedRec
 	records := tx.Bucket(bucketRecords)
 	v := records.Get(key)
 	if v == nil {
-		return d, 0, false, nil
+		if b := tx.Bucket(bucketDamaged); b != nil && b.Get(key) != nil {
+			return d, 0, false, nil // another reader moved it first
+		}
+		// A reader saw this key, and nothing else removes a damaged record:
+		// a lookup that misses it means the page's order is damaged.
+		return d, 0, false, &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("outbox record key %x, seen by a reader, cannot be looked up: a page of records is damaged", key)}
 	}
 	if _, derr := decodeRecord(key, v, false); derr == nil {
 		return d, 0, false, nil // reads fine now: keep it
@@ -158,19 +163,19 @@ func (o *Outbox) upgradeRecords() error {
 
 // checkCount compares the records in the file with the stored counter: a
 // damaged page can drop records without any read failing (a leaf's element
-// count lowered). Only run after the file's structure was verified.
+// count lowered). It counts every record: run at open only after the
+// file's structure was verified (Read runs the same check when it reaches
+// the end of the queue).
 func (o *Outbox) checkCount() error {
-	var have, want uint64
-	err := o.file.View(func(tx *bolt.Tx) error {
-		want = boltfile.Uint64(tx.Bucket(bucketMeta), keyPending)
-		have = uint64(tx.Bucket(bucketRecords).Stats().KeyN)
-		return nil
+	return o.file.View(func(tx *bolt.Tx) error {
+		return checkKeyCount(o.path, tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
 	})
-	if err != nil {
-		return err
-	}
-	if have < want {
-		return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but only %d are in the file: %d records were lost to damage", want, have, want-have)}
+}
+
+func checkKeyCount(path string, records, meta *bolt.Bucket) error {
+	want := boltfile.Uint64(meta, keyPending)
+	if have := uint64(records.Stats().KeyN); have < want {
+		return &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but only %d are in the file: %d records were lost to damage", want, have, want-have)}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -341,14 +342,29 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 	var out []Record
 	var bad []suspect
 	err := o.file.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketRecords).Cursor()
-		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
+		records := tx.Bucket(bucketRecords)
+		c := records.Cursor()
+		var prev []byte
+		k, v := c.Seek(seqKey(afterSeq + 1))
+		for ; k != nil && len(out) < max; k, v = c.Next() {
+			// Keys out of order mean a damaged page: seeks then miss
+			// records, and a record cannot be found again to move it aside.
+			if prev != nil && bytes.Compare(k, prev) <= 0 {
+				return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("outbox keys out of order (%x after %x): a page of records is damaged", k, prev)}
+			}
+			prev = k
 			view, err := decodeRecord(k, v, false)
 			if err != nil {
 				bad = append(bad, suspect{key: append([]byte(nil), k...), reason: err.Error()})
 				continue
 			}
 			out = append(out, view.record(seqFromKey(k)))
+		}
+		if k == nil {
+			// At the end the bucket is small (what is in flight), so
+			// counting it is cheap: fewer records than the counter says
+			// were dropped from a damaged page without a read failing.
+			return checkKeyCount(o.path, records, tx.Bucket(bucketMeta))
 		}
 		return nil
 	})

@@ -188,10 +188,46 @@ func damaged(t *testing.T, v variant, src, dst string, seed uint64, leaves []int
 	return touched, all
 }
 
-// leavesHolding returns the leaf pages holding any of keys, sorted.
+// liveLeaves returns the leaf pages reachable from the newest commit's
+// root (a file also holds stale copies that bbolt freed: damaging those
+// proves nothing).
+func liveLeaves(b []byte) map[int64]bool {
+	live := map[int64]bool{}
+	seen := map[int64]bool{}
+	var walk func(id int64)
+	walk = func(id int64) {
+		if id < 2 || (id+1)*pageSize > int64(len(b)) || seen[id] {
+			return
+		}
+		seen[id] = true
+		p := b[id*pageSize:]
+		count := int(binary.NativeEndian.Uint16(p[10:]))
+		for i := range count {
+			e := p[pageHeaderLen+i*elemLen:]
+			switch binary.NativeEndian.Uint16(p[8:]) {
+			case flagBranch:
+				walk(int64(binary.NativeEndian.Uint64(e[8:])))
+			case flagLeaf:
+				live[id] = true
+				if binary.NativeEndian.Uint32(e)&1 == 1 { // a nested bucket
+					pos, ksize := int(binary.NativeEndian.Uint32(e[4:])), int(binary.NativeEndian.Uint32(e[8:]))
+					walk(int64(binary.NativeEndian.Uint64(e[pos+ksize:])))
+				}
+			}
+		}
+	}
+	walk(int64(binary.NativeEndian.Uint64(b[newestMeta(b)*pageSize+pageHeaderLen+16:])))
+	return live
+}
+
+// leavesHolding returns the live leaf pages holding any of keys, sorted.
 func leavesHolding(b []byte, keys map[string]bool) []int64 {
+	live := liveLeaves(b)
 	var ids []int64
 	for id, ks := range leafKeys(b) {
+		if !live[id] {
+			continue
+		}
 		for _, k := range ks {
 			if keys[k] {
 				ids = append(ids, id)
