@@ -21,6 +21,7 @@
 package boltfile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -389,4 +390,51 @@ func PutUint64(b *bolt.Bucket, key []byte, n uint64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], n)
 	return b.Put(key, v[:])
+}
+
+// Bounds of one UpdateInBatches transaction.
+const batchMaxBytes = 16 << 20
+
+// UpdateInBatches calls fn for every key of bucket in key order, in write
+// transactions of at most n keys (and about 16 MiB of values), then last in
+// the transaction that saw the last key, so a pass over a large bucket
+// neither holds the writer long nor builds one huge transaction. fn gets
+// copies and may write to the bucket: the cursor has moved on by then.
+func (f *File) UpdateInBatches(bucket []byte, n int, fn func(tx *bolt.Tx, k, v []byte) error, last func(tx *bolt.Tx) error) error {
+	var after []byte
+	for {
+		done := false
+		err := f.Update(func(tx *bolt.Tx) error {
+			type kv struct{ k, v []byte }
+			var batch []kv
+			size := 0
+			c := tx.Bucket(bucket).Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil && len(batch) < n && size < batchMaxBytes; k, v = c.Next() {
+				batch = append(batch, kv{bytes.Clone(k), bytes.Clone(v)})
+				size += len(v)
+			}
+			for _, e := range batch {
+				if err := fn(tx, e.k, e.v); err != nil {
+					return err
+				}
+			}
+			if len(batch) > 0 {
+				after = batch[len(batch)-1].k
+			}
+			if k != nil {
+				return nil
+			}
+			done = true
+			return last(tx)
+		})
+		if err != nil || done {
+			return err
+		}
+	}
 }

@@ -16,50 +16,22 @@ const upgradeBatch = 10000
 // checksummed. An entry that is not a readable version-1 entry either stops
 // the upgrade: it is damage, and a ledger never forgets a key silently.
 func (l *Ledger) upgradeEntries() error {
-	var after []byte
-	for {
-		done := false
-		err := l.file.Update(func(tx *bolt.Tx) error {
-			keys := tx.Bucket(bucketKeys)
-			type rewrite struct{ key, val []byte }
-			var puts []rewrite
-			c := keys.Cursor()
-			k, v := c.First()
-			if after != nil {
-				if k, v = c.Seek(after); k != nil && string(k) == string(after) {
-					k, v = c.Next()
-				}
-			}
-			for n := 0; k != nil && n < upgradeBatch; k, v = c.Next() {
-				n++
-				after = append(after[:0], k...)
-				if len(v) == valueLen && v[0] == valueVersion {
-					continue
-				}
-				if len(v) != valueLenV1 || v[0] != valueVersionV1 {
-					return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("dedup ledger entry %x is unreadable (%d bytes, version %d) while adding checksums", k, len(v), firstByte(v))}
-				}
-				at, hash, _ := decodeBody(v)
-				puts = append(puts, rewrite{append([]byte(nil), k...), encodeValue(k, at, hash)})
-			}
-			for _, p := range puts {
-				if err := keys.Put(p.key, p.val); err != nil {
-					return err
-				}
-			}
-			if k != nil {
-				return nil
-			}
-			done = true
-			return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
-		})
-		if err != nil {
-			return fmt.Errorf("dedup ledger file %s: adding checksums to the entries written by an earlier version failed: %w", l.path, err)
-		}
-		if done {
+	err := l.file.UpdateInBatches(bucketKeys, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
+		if len(v) == valueLen && v[0] == valueVersion {
 			return nil
 		}
+		if len(v) != valueLenV1 || v[0] != valueVersionV1 {
+			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("dedup ledger entry %x is unreadable (%d bytes, version %d) while adding checksums", k, len(v), firstByte(v))}
+		}
+		at, hash, _ := decodeBody(v)
+		return tx.Bucket(bucketKeys).Put(k, encodeValue(k, at, hash))
+	}, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+	})
+	if err != nil {
+		return fmt.Errorf("dedup ledger file %s: adding checksums to the entries written by an earlier version failed: %w", l.path, err)
 	}
+	return nil
 }
 
 // verifyEntries checks every entry's checksum and that the entries in the

@@ -92,73 +92,32 @@ func estimatedSize(v []byte) int64 {
 // with a checksum, upgradeBatch per transaction, then marks the file as
 // checksummed. A version-1 record that does not decode is moved aside.
 func (o *Outbox) upgradeRecords() error {
-	var after []byte
 	var found []DamagedRecord
-	defer func() {
-		for _, d := range found {
-			o.reportDamaged(d)
-		}
-	}()
-	for {
-		done := false
-		err := o.file.Update(func(tx *bolt.Tx) error {
-			records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
-			type rewrite struct{ key, val []byte }
-			var puts []rewrite
-			var bad [][]byte
-			c := records.Cursor()
-			k, v := c.First()
-			if after != nil {
-				k, v = c.Seek(after)
-				if k != nil && string(k) == string(after) {
-					k, v = c.Next()
-				}
-			}
-			n := 0
-			for ; k != nil && n < upgradeBatch; k, v = c.Next() {
-				n++
-				after = append(after[:0], k...)
-				if len(v) > 0 && v[0] == recordVersion {
-					continue
-				}
-				view, err := decodeRecord(k, v, true)
-				if err != nil {
-					bad = append(bad, append([]byte(nil), k...))
-					continue
-				}
-				rec := view.record(seqFromKey(k))
-				puts = append(puts, rewrite{append([]byte(nil), k...), encodeRecord(&rec)})
-			}
-			for _, p := range puts {
-				if err := records.Put(p.key, p.val); err != nil {
-					return err
-				}
-			}
-			for _, key := range bad {
-				d, sz, ok, err := o.moveAside(tx, key, "")
-				if err != nil {
-					return err
-				}
-				if ok {
-					found = append(found, d)
-					if err := addPending(meta, -1, -sz); err != nil {
-						return err
-					}
-				}
-			}
-			if k != nil {
-				return nil
-			}
-			done = true
-			return meta.Put(keyChecksums, []byte{1})
-		})
-		if err != nil {
-			return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)
-		}
-		if done {
+	err := o.file.UpdateInBatches(bucketRecords, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
+		if len(v) > 0 && v[0] == recordVersion {
 			return nil
 		}
+		view, err := decodeRecord(k, v, true)
+		if err != nil {
+			d, sz, ok, err := o.moveAside(tx, k, "unreadable record written before checksums: "+err.Error())
+			if err != nil || !ok {
+				return err
+			}
+			found = append(found, d)
+			return addPending(tx.Bucket(bucketMeta), -1, -sz)
+		}
+		rec := view.record(seqFromKey(k))
+		return tx.Bucket(bucketRecords).Put(k, encodeRecord(&rec))
+	}, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+	})
+	if err != nil {
+		return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)
 	}
+	for _, d := range found {
+		o.reportDamaged(d)
+	}
+	return nil
 }
 
 // checkCount compares the records in the file with the stored counter: a
