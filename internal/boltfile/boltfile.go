@@ -11,17 +11,25 @@
 // value "reliable-mqtt/1"). A file that is not ours — another program's bolt
 // database, or not a bolt database at all — is refused, and is never
 // written, truncated or repaired.
+//
+// Damage is looked for at open, before bbolt writes anything: both meta
+// pages are read (a damaged newest one means bbolt silently opens the
+// previous commit), and with Options.Verify every page the file references
+// is read and bbolt's consistency check runs. Reads and writes go through
+// File.View and File.Update, which turn a bbolt panic on a damaged page into
+// a refusal instead of a crash.
 package boltfile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,9 +63,26 @@ type File struct {
 }
 
 type sharedDB struct {
-	path string
-	db   *bolt.DB
-	refs int // guarded by registryMu
+	path     string
+	db       *bolt.DB
+	refs     int         // guarded by registryMu
+	meta     *MetaDamage // found at open; nil if both meta pages check out
+	verified bool        // the structure was verified at open
+
+	damaged atomic.Pointer[DamagedError] // set by the first recovered bbolt panic
+}
+
+// Options say how Acquire checks a file. They apply when this process opens
+// the file; a later Acquire of the same file joins the open database (and
+// is still refused by a meta-page rollback it does not accept).
+type Options struct {
+	// Verify: when to read every page and run bbolt's consistency check at
+	// open. The zero value is VerifyAuto.
+	Verify Verify
+	// AcceptRollback opens a file whose newest meta page is damaged (or may
+	// be), i.e. a file that may have silently lost its last commit. Without
+	// it Acquire refuses such a file. MetaDamage reports what was found.
+	AcceptRollback bool
 }
 
 var (
@@ -68,7 +93,10 @@ var (
 // Acquire opens the bbolt file at path, or joins it if this process already
 // has it open. The parent directory must exist. The file is created if it is
 // missing or empty, and refused if it is not a reliable-mqtt database.
-func Acquire(path string) (*File, error) {
+func Acquire(path string) (*File, error) { return AcquireWith(path, Options{}) }
+
+// AcquireWith is Acquire with checks chosen by opts.
+func AcquireWith(path string, opts Options) (*File, error) {
 	key, err := identity(path)
 	if err != nil {
 		return nil, err
@@ -80,20 +108,41 @@ func Acquire(path string) (*File, error) {
 	defer registryMu.Unlock()
 
 	if s, ok := registry[key]; ok {
+		if err := refuseRollback(s.meta, opts); err != nil {
+			return nil, err
+		}
+		if err := s.damaged.Load(); err != nil {
+			return nil, err
+		}
 		s.refs++
 		return &File{shared: s}, nil
 	}
-	db, err := open(key)
+	s, err := open(key, opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &sharedDB{path: key, db: db, refs: 1}
+	s.refs = 1
 	registry[key] = s
 	return &File{shared: s}, nil
 }
 
+func refuseRollback(m *MetaDamage, opts Options) error {
+	if m == nil || !m.RolledBack() || opts.AcceptRollback {
+		return nil
+	}
+	return fmt.Errorf("%s; refusing to open it: a rolled-back file has forgotten what its last commit wrote. Restore the file from a backup, or, if losing that commit is acceptable, set accept_rollback: true for one start (the next commit rewrites the damaged page)", m)
+}
+
 // DB returns the shared database. It must not be closed by the caller.
+// Prefer View and Update, which recover from bbolt panics on damaged pages.
 func (f *File) DB() *bolt.DB { return f.shared.db }
+
+// MetaDamage reports a damaged meta page found at open, or nil.
+func (f *File) MetaDamage() *MetaDamage { return f.shared.meta }
+
+// Verified reports whether the file's structure was verified at open, so
+// its owner can afford a full scan of its own values too.
+func (f *File) Verified() bool { return f.shared.verified }
 
 // Path returns the file's absolute path, which is its identity in this process.
 func (f *File) Path() string { return f.shared.path }
@@ -155,66 +204,119 @@ func identity(path string) (string, error) {
 }
 
 // open opens path read-write after checking, without writing, that an
-// existing file is ours.
-func open(path string) (*bolt.DB, error) {
+// existing file is ours and intact.
+func open(path string, opts Options) (*sharedDB, error) {
 	st, err := os.Stat(path)
 	exists := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("bbolt file %s: %w", path, err)
 	}
+	s := &sharedDB{path: path}
 	// A non-empty file is inspected read-only first: bbolt writes to a file
 	// it opens read-write (freelist sync), and a refused file must stay
 	// byte-for-byte unchanged.
 	if exists && st.Size() > 0 {
-		if err := inspect(path, st.Size()); err != nil {
+		if err := inspect(s, st.Size(), opts); err != nil {
 			return nil, err
 		}
 	}
-
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	err = guard(path, func() error {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+		if err != nil {
+			return openError(path, err)
+		}
+		s.db = db
+		return nil
+	})
 	if err != nil {
-		return nil, openError(path, err)
-	}
-	if err := ensureMarker(db, path); err != nil {
-		_ = db.Close()
 		return nil, err
 	}
-	return db, nil
+	if err := ensureMarker(s.db, path); err != nil {
+		_ = s.db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // inspect opens an existing file read-only and checks it is an intact
-// reliable-mqtt database.
-func inspect(path string, size int64) error {
-	db, err := openChecked(path, size, lockTimeout)
+// reliable-mqtt database: both meta pages, the high-water mark, the marker
+// and, if opts ask for it, every page.
+func inspect(s *sharedDB, size int64, opts Options) error {
+	m0, m1, err := checkMetas(s.path, size)
+	if err != nil {
+		return err
+	}
+	s.meta = metaDamage(s.path, m0, m1)
+	if err := refuseRollback(s.meta, opts); err != nil {
+		return err
+	}
+	db, err := openChecked(s.path, size, lockTimeout, func(tx *bolt.Tx) error {
+		if !opts.Verify.wants(size) {
+			return nil
+		}
+		s.verified = true
+		return verify(tx, s.path)
+	})
 	if err != nil {
 		return err
 	}
 	return db.Close()
 }
 
-// checkFirstPage refuses a file whose first meta page names a page size
-// larger than the file can hold two meta pages of; bbolt would read the
-// second meta page beyond the end of the file.
-func checkFirstPage(path string, size int64) error {
-	const (
-		magic       = 0xED0CDAED
-		metaOffset  = 16 // bbolt page header
-		pageSizeOff = metaOffset + 8
-	)
-	f, err := os.Open(path)
+// checkMetas reads both meta pages from the file itself, before bbolt
+// trusts either: a file none of whose meta pages is bbolt's is foreign, and
+// one shorter than the two meta pages it implies is truncated.
+func checkMetas(path string, size int64) (m0, m1 metaPage, err error) {
+	m0, m1, ok, err := readMetas(path, size)
 	if err != nil {
-		return fmt.Errorf("bbolt file %s: %w", path, err)
+		return m0, m1, err
 	}
-	defer f.Close()
-	var head [pageSizeOff + 4]byte
-	if _, err := io.ReadFull(f, head[:]); err != nil {
-		// Too short to be a database; bbolt gives the reason.
-		return nil
+	if !ok {
+		// No meta page carries bbolt's magic number: another program's
+		// file, whatever its size.
+		return m0, m1, openError(path, berrors.ErrInvalid)
 	}
-	if binary.NativeEndian.Uint32(head[metaOffset:]) != magic {
-		return nil
+	pageSize := m1.pageSize
+	if m0.valid {
+		pageSize = m0.pageSize
 	}
-	pageSize := int64(binary.NativeEndian.Uint32(head[pageSizeOff:]))
+	return m0, m1, checkSize(path, size, pageSize)
+}
+
+// openChecked opens path read-only (waiting at most timeout for another
+// process's lock) and checks, in one read transaction, the high-water mark,
+// the format marker and then whatever more is asked of the tree. A bbolt
+// panic on a damaged page becomes a *DamagedError. The caller closes the
+// database.
+func openChecked(path string, size int64, timeout time.Duration, more func(tx *bolt.Tx) error) (db *bolt.DB, err error) {
+	err = guard(path, func() error {
+		if db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: true}); err != nil {
+			return openError(path, err)
+		}
+		return db.View(func(tx *bolt.Tx) error {
+			// Every page the database references lies below its high-water
+			// mark; a file shorter than that was truncated.
+			if tx.Size() > size {
+				return fmt.Errorf("bbolt file %s is truncated: it is %d bytes but its metadata needs %d; refusing to touch it: restore it from a backup or move it away", path, size, tx.Size())
+			}
+			if err := checkMarker(tx, path); err != nil {
+				return err
+			}
+			return more(tx)
+		})
+	})
+	if err != nil {
+		if db != nil {
+			_ = db.Close()
+		}
+		return nil, err
+	}
+	return db, nil
+}
+
+// checkSize refuses a file too short for the two meta pages its first meta
+// page implies; bbolt would read the second one beyond the end of the file.
+func checkSize(path string, size, pageSize int64) error {
 	if size < 2*pageSize {
 		return fmt.Errorf("bbolt file %s is truncated: it is %d bytes, less than its two %d-byte meta pages; refusing to touch it: restore it from a backup or move it away", path, size, pageSize)
 	}
@@ -315,4 +417,51 @@ func PutUint64(b *bolt.Bucket, key []byte, n uint64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], n)
 	return b.Put(key, v[:])
+}
+
+// Bounds of one UpdateInBatches transaction.
+const batchMaxBytes = 16 << 20
+
+// UpdateInBatches calls fn for every key of bucket in key order, in write
+// transactions of at most n keys (and about 16 MiB of values), then last in
+// the transaction that saw the last key, so a pass over a large bucket
+// neither holds the writer long nor builds one huge transaction. fn gets
+// copies and may write to the bucket: the cursor has moved on by then.
+func (f *File) UpdateInBatches(bucket []byte, n int, fn func(tx *bolt.Tx, k, v []byte) error, last func(tx *bolt.Tx) error) error {
+	var after []byte
+	for {
+		done := false
+		err := f.Update(func(tx *bolt.Tx) error {
+			type kv struct{ k, v []byte }
+			var batch []kv
+			size := 0
+			c := tx.Bucket(bucket).Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil && len(batch) < n && size < batchMaxBytes; k, v = c.Next() {
+				batch = append(batch, kv{bytes.Clone(k), bytes.Clone(v)})
+				size += len(v)
+			}
+			for _, e := range batch {
+				if err := fn(tx, e.k, e.v); err != nil {
+					return err
+				}
+			}
+			if len(batch) > 0 {
+				after = batch[len(batch)-1].k
+			}
+			if k != nil {
+				return nil
+			}
+			done = true
+			return last(tx)
+		})
+		if err != nil || done {
+			return err
+		}
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -93,13 +92,7 @@ func view(path, live string, fn func(tx *bolt.Tx) error) (err error) {
 	}
 	defer db.Close()
 	// A damaged page can fault when a record is read, not only at open.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = boltfile.Damaged(path, r)
-		}
-	}()
-	return db.View(fn)
+	return boltfile.Guard(path, func() error { return db.View(fn) })
 }
 
 // fileArg returns the command's single FILE argument.

@@ -101,11 +101,10 @@ func withSQL(cfg sqlledger.Config, fn func(ctx context.Context, s *sqlledger.Sto
 }
 
 type ledgerStatJSON struct {
-	Source  string     `json:"source"`
-	Keys    int64      `json:"keys"`
-	Oldest  *time.Time `json:"oldest"`
-	Newest  *time.Time `json:"newest"`
-	Damaged *int       `json:"damaged,omitempty"`
+	Source string     `json:"source"`
+	Keys   int64      `json:"keys"`
+	Oldest *time.Time `json:"oldest"`
+	Newest *time.Time `json:"newest"`
 }
 
 func ledgerStat(c *cli.Context) error {
@@ -117,7 +116,7 @@ func ledgerStat(c *cli.Context) error {
 	if src.file != "" {
 		err = view(src.file, ledgerLive, func(tx *bolt.Tx) error {
 			s, err := ledger.Summarize(tx, src.file)
-			out = ledgerStatJSON{Source: src.file, Keys: s.Keys, Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest), Damaged: s.Damaged}
+			out = ledgerStatJSON{Source: src.file, Keys: s.Keys, Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest)}
 			return err
 		})
 	} else {
@@ -140,9 +139,6 @@ func ledgerStat(c *cli.Context) error {
 	if out.Keys > 0 {
 		fmt.Fprintf(w, "oldest applied:\t%s\n", when(deref(out.Oldest), now))
 		fmt.Fprintf(w, "newest applied:\t%s\n", when(deref(out.Newest), now))
-	}
-	if out.Damaged != nil {
-		fmt.Fprintf(w, "damaged:\t%d entries set aside\n", *out.Damaged)
 	}
 	return w.Flush()
 }

@@ -103,7 +103,7 @@ type outboxStatJSON struct {
 	Oldest       *time.Time `json:"oldest"`
 	Newest       *time.Time `json:"newest"`
 	ClientID     string     `json:"client_id"`
-	Damaged      *int       `json:"damaged,omitempty"`
+	Damaged      int        `json:"damaged"`
 }
 
 func outboxStat(c *cli.Context) error {
@@ -130,9 +130,7 @@ func outboxStat(c *cli.Context) error {
 			fmt.Fprintf(w, "newest:\tseq %d, enqueued %s\n", s.LastSeq, when(s.Newest, now))
 		}
 		fmt.Fprintf(w, "client id:\t%s\n", s.ClientID)
-		if s.Damaged != nil {
-			fmt.Fprintf(w, "damaged:\t%d records set aside\n", *s.Damaged)
-		}
+		fmt.Fprintf(w, "damaged:\t%d records set aside (failed their checksum, never published)\n", s.Damaged)
 		return w.Flush()
 	})
 }

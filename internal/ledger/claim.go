@@ -114,14 +114,17 @@ func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Du
 
 		var stored [32]byte
 		applied := false
-		err := l.db.View(func(tx *bolt.Tx) error {
+		err := l.file.View(func(tx *bolt.Tx) error {
 			v := tx.Bucket(bucketKeys).Get(enc)
 			if v == nil {
 				return nil
 			}
-			_, h, err := decodeValue(v)
-			stored, applied = h, err == nil
-			return err
+			_, h, err := decodeValue(enc, v)
+			if err != nil {
+				return l.damagedEntry(key, err)
+			}
+			stored, applied = h, true
+			return nil
 		})
 		if err != nil {
 			c.settle(released)
@@ -174,6 +177,9 @@ func (c *Claim) Apply(tx *bolt.Tx) error {
 		return fmt.Errorf("dedup key %s: its claim was released before the output wrote it (the message failed or timed out); the message is not written and will be retried", c.key)
 	}
 	existed, old, err := put(tx, c.enc, c.hash, time.Now())
+	if existed && err != nil {
+		return c.l.damagedEntry(c.key, err)
+	}
 	if err != nil {
 		return fmt.Errorf("dedup ledger file %s: recording key %s: %w", c.l.path, c.key, err)
 	}
@@ -242,7 +248,11 @@ func (l *Ledger) SkipIfApplied(key Key, hash [32]byte) func(tx *bolt.Tx) error {
 		if v == nil {
 			return nil
 		}
-		if _, h, err := decodeValue(v); err == nil && h == hash {
+		_, h, err := decodeValue(enc, v)
+		if err != nil {
+			return l.damagedEntry(key, err) // never written as if new
+		}
+		if h == hash {
 			return ErrApplied
 		}
 		return nil

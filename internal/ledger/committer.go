@@ -51,10 +51,15 @@ func (l *Ledger) commitLoop() {
 func (l *Ledger) commitBatch(batch []*commitReq) {
 	now := time.Now()
 	added := make([]bool, len(batch))
-	err := l.db.Update(func(tx *bolt.Tx) error {
+	err := l.file.Update(func(tx *bolt.Tx) error {
 		for i, r := range batch {
 			added[i] = false
 			existed, old, err := put(tx, r.c.enc, r.c.hash, now)
+			if existed && err != nil {
+				// A damaged entry fails its own key only; nothing is written.
+				r.err = l.damagedEntry(r.c.key, err)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("recording key %s: %w", r.c.key, err)
 			}

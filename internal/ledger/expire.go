@@ -57,7 +57,7 @@ func (l *Ledger) Expire(cutoff time.Time) (int, error) {
 // transaction. more reports that the batch was full (there may be more).
 func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err error) {
 	limit := uint64(cutoff.UnixNano())
-	err = l.db.Update(func(tx *bolt.Tx) error {
+	err = l.file.Update(func(tx *bolt.Tx) error {
 		keys, times := tx.Bucket(bucketKeys), tx.Bucket(bucketTime)
 		var stale [][]byte // time-index entries to delete
 		c := times.Cursor()
@@ -82,7 +82,8 @@ func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err erro
 			// (re-applied after an earlier expiry): delete the key only if
 			// this index entry is its own.
 			if v := keys.Get(key); v != nil {
-				if at, _, err := decodeValue(v); err == nil && uint64(at.UnixNano()) == binary.BigEndian.Uint64(tk[:8]) {
+				// A damaged entry is kept: deleting it would forget the key.
+				if at, _, err := decodeValue(key, v); err == nil && uint64(at.UnixNano()) == binary.BigEndian.Uint64(tk[:8]) {
 					if err := keys.Delete(key); err != nil {
 						return err
 					}

@@ -23,9 +23,6 @@ type Summary struct {
 	Keys   int64
 	Oldest time.Time // earliest applied time still kept; zero if empty
 	Newest time.Time // latest applied time; zero if empty
-	// Damaged counts entries moved aside as damaged; nil while this build
-	// keeps no such count.
-	Damaged *int
 }
 
 // Entry is what the ledger holds for one key.
@@ -75,7 +72,7 @@ func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
 	if v == nil {
 		return Entry{}, nil
 	}
-	at, hash, err := decodeValue(v)
+	at, hash, err := decodeValue(k, v)
 	if err != nil {
 		return Entry{}, fmt.Errorf("dedup ledger file %s: key %s: %w", path, key, err)
 	}

@@ -15,9 +15,15 @@
 // Layout, in a file shared through boltfile (the outbox may live in the same
 // file and commit ledger entries in its own transaction):
 //
-//	ledger/keys  encoded key -> version(1) | applied unix nanos (8, BE) | sha256 of payload (32)
+//	ledger/keys  encoded key -> version(2) | applied unix nanos (8, BE) | sha256 of payload (32) |
+//	             CRC-32C (4, BE) of the encoded key followed by the 41 bytes before it
 //	ledger/time  applied unix nanos (8, BE) | encoded key -> empty   (retention index, oldest first)
-//	ledger/meta  "count" -> number of keys (8, BE)
+//	ledger/meta  "count" -> number of keys (8, BE); "checksums" (present: every entry has one)
+//
+// Version 1 entries (no checksum, written before checksums existed) are
+// rewritten at the first open (upgradeEntries); after that a version-1
+// entry is damage. An entry that fails its checksum is never read as "not
+// applied": every call that meets it fails with an error naming it.
 package ledger
 
 import (
@@ -25,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,12 +46,15 @@ var (
 	bucketTime = []byte("ledger/time")
 	bucketMeta = []byte("ledger/meta")
 
-	keyCount = []byte("count")
+	keyCount     = []byte("count")
+	keyChecksums = []byte("checksums")
 )
 
 const (
-	valueVersion = 1
-	valueLen     = 1 + 8 + 32
+	valueVersionV1 = 1
+	valueLenV1     = 1 + 8 + 32
+	valueVersion   = 2
+	valueLen       = valueLenV1 + 4
 
 	// MaxKeyBytes bounds namespace + key, far below bbolt's 32 KiB key limit.
 	MaxKeyBytes = 4096
@@ -68,6 +78,13 @@ type Options struct {
 	ExpireInterval time.Duration
 	// MaxBatch bounds the keys committed per transaction; default 1024.
 	MaxBatch int
+	// Verify: when to check the file's structure and every entry's
+	// checksum at open (boltfile.Verify; the zero value is auto).
+	Verify boltfile.Verify
+	// AcceptRollback opens a file whose newest meta page is damaged, i.e.
+	// that may have forgotten the keys of its last commit (those events
+	// would be applied again). Without it Open refuses such a file.
+	AcceptRollback bool
 }
 
 func (o *Options) defaults() {
@@ -125,7 +142,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger file %s: retention and batch sizes must not be negative", path)
 	}
 	opts.defaults()
-	f, err := boltfile.Acquire(path)
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: opts.AcceptRollback})
 	if err != nil {
 		return nil, fmt.Errorf("opening dedup ledger: %w", err)
 	}
@@ -161,41 +178,60 @@ func Open(path string, opts Options) (*Ledger, error) {
 	return l, nil
 }
 
-// load creates the buckets if missing and reads the key count.
+// load creates the buckets if missing, upgrades entries written before
+// checksums, verifies every entry if the file was verified, and reads the
+// key count.
 func (l *Ledger) load() error {
-	ready := false
-	err := l.db.View(func(tx *bolt.Tx) error {
+	ready, checksummed := false, false
+	err := l.file.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if tx.Bucket(bucketKeys) == nil || tx.Bucket(bucketTime) == nil || meta == nil {
 			return nil
 		}
-		l.keys.Store(int64(boltfile.Uint64(meta, keyCount)))
-		ready = true
-		return nil
-	})
-	if err != nil || ready {
-		if err != nil {
-			return fmt.Errorf("opening dedup ledger file %s: %w", l.path, err)
-		}
-		return nil
-	}
-	err = l.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketKeys, bucketTime} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		l.keys.Store(int64(boltfile.Uint64(meta, keyCount)))
+		ready, checksummed = true, meta.Get(keyChecksums) != nil
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("creating dedup ledger buckets in %s: %w", l.path, err)
+		return fmt.Errorf("opening dedup ledger file %s: %w", l.path, err)
 	}
-	return nil
+	if !ready {
+		err = l.file.Update(func(tx *bolt.Tx) error {
+			keys, err := tx.CreateBucketIfNotExists(bucketKeys)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucketIfNotExists(bucketTime); err != nil {
+				return err
+			}
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
+				return err
+			}
+			if keys.Stats().KeyN == 0 {
+				checksummed = true
+				return meta.Put(keyChecksums, []byte{1})
+			}
+			checksummed = meta.Get(keyChecksums) != nil
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("creating dedup ledger buckets in %s: %w", l.path, err)
+		}
+	}
+	if !checksummed {
+		if err := l.upgradeEntries(); err != nil {
+			return err
+		}
+	}
+	if l.file.Verified() {
+		if err := l.verifyEntries(); err != nil {
+			return err
+		}
+	}
+	return l.file.View(func(tx *bolt.Tx) error {
+		l.keys.Store(int64(boltfile.Uint64(tx.Bucket(bucketMeta), keyCount)))
+		return nil
+	})
 }
 
 // Path returns the ledger file's absolute path: the identity a transaction
@@ -258,14 +294,14 @@ func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err
 	if err != nil {
 		return false, hash, at, err
 	}
-	err = l.db.View(func(tx *bolt.Tx) error {
+	err = l.file.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketKeys).Get(k)
 		if v == nil {
 			return nil
 		}
-		at, hash, err = decodeValue(v)
+		at, hash, err = decodeValue(k, v)
 		if err != nil {
-			return fmt.Errorf("dedup ledger file %s: key %s: %w", l.path, key, err)
+			return l.damagedEntry(key, err)
 		}
 		applied = true
 		return nil
@@ -311,20 +347,43 @@ func (k Key) encode() ([]byte, error) {
 	return append(out, k.ID...), nil
 }
 
-func encodeValue(at time.Time, hash [32]byte) []byte {
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func entryCRC(key, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body)
+}
+
+func encodeValue(key []byte, at time.Time, hash [32]byte) []byte {
 	v := make([]byte, 0, valueLen)
 	v = append(v, valueVersion)
 	v = binary.BigEndian.AppendUint64(v, uint64(at.UnixNano()))
-	return append(v, hash[:]...)
+	v = append(v, hash[:]...)
+	return binary.BigEndian.AppendUint32(v, entryCRC(key, v))
 }
 
-func decodeValue(v []byte) (time.Time, [32]byte, error) {
-	var h [32]byte
-	if len(v) != valueLen || v[0] != valueVersion {
-		return time.Time{}, h, fmt.Errorf("unreadable ledger entry (%d bytes, version %d); restore the file from a backup or delete the key", len(v), firstByte(v))
+// decodeValue checks an entry against its key and checksum.
+func decodeValue(key, v []byte) (time.Time, [32]byte, error) {
+	if len(v) == valueLen && v[0] == valueVersion {
+		if got, want := entryCRC(key, v[:valueLenV1]), binary.BigEndian.Uint32(v[valueLenV1:]); got != want {
+			return time.Time{}, [32]byte{}, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
+		}
+		return decodeBody(v)
 	}
-	copy(h[:], v[9:])
+	return time.Time{}, [32]byte{}, fmt.Errorf("unreadable entry (%d bytes, version %d)", len(v), firstByte(v))
+}
+
+// decodeBody reads a value's time and hash; the caller checked it.
+func decodeBody(v []byte) (time.Time, [32]byte, error) {
+	var h [32]byte
+	copy(h[:], v[9:41])
 	return time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), h, nil
+}
+
+// damagedEntry is the error for an entry that fails its checksum: the key
+// may or may not be applied, so no verdict is given.
+func (l *Ledger) damagedEntry(key fmt.Stringer, err error) error {
+	return fmt.Errorf("dedup ledger file %s: the entry of key %s is damaged (%v): whether it was applied is unknown, so the message fails; stop the process, move the file aside and restore it from a backup: %w",
+		l.path, key, err, boltfile.ErrDamaged)
 }
 
 func firstByte(v []byte) int {
@@ -351,14 +410,15 @@ func addCount(tx *bolt.Tx, delta int64) error {
 }
 
 // put records key as applied inside tx unless it is already there. It
-// reports what was stored before: existed with its hash.
+// reports what was stored before: existed with its hash (existed with an
+// error: the stored entry is damaged, and nothing was written).
 func put(tx *bolt.Tx, key []byte, hash [32]byte, at time.Time) (existed bool, old [32]byte, err error) {
 	keys := tx.Bucket(bucketKeys)
 	if v := keys.Get(key); v != nil {
-		_, old, err = decodeValue(v)
+		_, old, err = decodeValue(key, v)
 		return true, old, err
 	}
-	if err := keys.Put(key, encodeValue(at, hash)); err != nil {
+	if err := keys.Put(key, encodeValue(key, at, hash)); err != nil {
 		return false, old, err
 	}
 	if err := tx.Bucket(bucketTime).Put(timeKey(at, key), nil); err != nil {

@@ -14,13 +14,14 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
-// request is one Append (entry != nil) or Remove (seqs) handed to the
-// committer.
+// request is one Append (entry != nil), Remove (seqs) or move of damaged
+// records (aside) handed to the committer.
 type request struct {
 	ctx   context.Context
 	entry *Entry
 	size  int64
 	seqs  []uint64
+	aside []suspect
 
 	// Results, written by the committer before it signals done.
 	rec  Record
@@ -60,6 +61,7 @@ type delta struct {
 	bytes       int64
 	oldest      time.Time
 	oldestKnown bool
+	damaged     []DamagedRecord // moved aside by this attempt
 }
 
 // commit settles every request in batch.
@@ -74,6 +76,11 @@ func (o *Outbox) commit(batch []*request) {
 	for {
 		var err error
 		d, err = o.attempt(batch)
+		if err == nil {
+			for _, r := range d.damaged {
+				o.reportDamaged(r)
+			}
+		}
 		var failure *entryFailure
 		if errors.As(err, &failure) {
 			// The transaction was rolled back; redo it without this request.
@@ -107,7 +114,8 @@ func (o *Outbox) commit(batch []*request) {
 		o.reloadStatsLocked()
 	} else {
 		o.stats.Pending += d.pending
-		o.stats.PendingBytes += d.bytes
+		o.stats.PendingBytes = max(o.stats.PendingBytes+d.bytes, 0)
+		o.stats.Damaged += int64(len(d.damaged))
 		if d.oldestKnown {
 			o.stats.Oldest = d.oldest
 		}
@@ -139,7 +147,7 @@ func (o *Outbox) settle(r *request, rec Record, err error) {
 func (o *Outbox) attempt(batch []*request) (delta, error) {
 	var d delta
 	now := time.Now()
-	err := o.db.Update(func(tx *bolt.Tx) error {
+	err := o.file.Update(func(tx *bolt.Tx) error {
 		records := tx.Bucket(bucketRecords)
 		ids := tx.Bucket(bucketIDs)
 		meta := tx.Bucket(bucketMeta)
@@ -152,8 +160,17 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 				continue
 			}
 			r.added = false
+			if r.aside != nil {
+				for _, b := range r.aside {
+					if err := o.setAsideIn(tx, b.key, b.reason, &d); err != nil {
+						return err
+					}
+				}
+				r.err = nil
+				continue
+			}
 			if r.entry == nil {
-				n, nbytes, err := o.remove(records, ids, r.seqs)
+				n, nbytes, err := o.remove(tx, r.seqs, &d)
 				if err != nil {
 					return &entryFailure{req: r, err: err}
 				}
@@ -163,7 +180,7 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 				r.err = nil
 				continue
 			}
-			if err := o.append(tx, records, ids, r, now); err != nil {
+			if err := o.append(tx, records, ids, r, now, &d); err != nil {
 				return err
 			}
 			if r.added {
@@ -171,20 +188,15 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 				d.bytes += r.size
 			}
 		}
+		removed = removed || len(d.damaged) > 0
 		if d.pending == 0 && d.bytes == 0 && !removed {
 			return nil
 		}
 		// The stored counters, not the in-memory ones, are the base: after a
 		// commit that failed at its fsync but whose pages did land, memory
 		// is behind the file.
-		stored := int(boltfile.Uint64(meta, keyPending))
-		pending := stored + d.pending
-		pendingBytes := int64(boltfile.Uint64(meta, keyPendingBytes)) + d.bytes
-		wasEmpty := stored == 0
-		if err := boltfile.PutUint64(meta, keyPending, uint64(pending)); err != nil {
-			return err
-		}
-		if err := boltfile.PutUint64(meta, keyPendingBytes, uint64(pendingBytes)); err != nil {
+		wasEmpty := boltfile.Uint64(meta, keyPending) == 0
+		if err := addPending(meta, int64(d.pending), d.bytes); err != nil {
 			return err
 		}
 		if removed || wasEmpty {
@@ -200,25 +212,32 @@ func (o *Outbox) attempt(batch []*request) (delta, error) {
 
 // append adds one entry inside tx, or settles it as a duplicate or conflict.
 // It returns an *entryFailure if the transaction must be redone without it.
-func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now time.Time) error {
+func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now time.Time, d *delta) error {
 	e := r.entry
 	id := []byte(e.EventID)
 	var existing *Record
 	if k := ids.Get(id); k != nil {
+		k = append([]byte(nil), k...)
 		seq := seqFromKey(k)
-		view, err := decodeRecord(records.Get(k))
-		if err != nil {
-			// Nothing written for this entry yet: settle it and go on.
-			o.settle(r, Record{}, fmt.Errorf("event %q: %w", e.EventID, corruptError(o.path, seq, err)))
-			return nil
+		v := records.Get(k)
+		view, err := decodeRecord(k, v, false)
+		if v != nil && err != nil {
+			// The pending copy is damaged: move it aside, and this entry
+			// takes its place as a new record.
+			if err := o.setAsideIn(tx, k, err.Error(), d); err != nil {
+				return err
+			}
 		}
-		if !bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) {
+		// An index entry whose record is gone (moved aside) is stale.
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload)) {
 			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
 		}
-		rec := view.record(seq)
-		existing = &rec
+		if err == nil {
+			rec := view.record(seq)
+			existing = &rec
+		}
 	}
 
 	for _, p := range e.Participants {
@@ -265,17 +284,21 @@ func runParticipant(p func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
 //
 // Invariant: this is the only code that deletes from outbox/records, and it
 // runs only for Remove, which the sender calls after each record's
-// confirmation. A record it cannot decode is refused, not dropped.
-func (o *Outbox) remove(records, ids *bolt.Bucket, seqs []uint64) (n int, nbytes int64, err error) {
+// confirmation. A record it cannot decode is not dropped: it is moved aside.
+func (o *Outbox) remove(tx *bolt.Tx, seqs []uint64, d *delta) (n int, nbytes int64, err error) {
+	records, ids := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs)
 	for _, seq := range seqs {
 		key := seqKey(seq)
 		v := records.Get(key)
 		if v == nil {
 			continue
 		}
-		view, err := decodeRecord(v)
+		view, err := decodeRecord(key, v, false)
 		if err != nil {
-			return 0, 0, corruptError(o.path, seq, err)
+			if err := o.setAsideIn(tx, key, err.Error(), d); err != nil {
+				return 0, 0, err
+			}
+			continue
 		}
 		if k := ids.Get(view.eventID); k != nil && seqFromKey(k) == seq {
 			if err := ids.Delete(view.eventID); err != nil {
@@ -289,6 +312,18 @@ func (o *Outbox) remove(records, ids *bolt.Bucket, seqs []uint64) (n int, nbytes
 		n++
 	}
 	return n, nbytes, nil
+}
+
+// setAsideIn moves one damaged record aside inside tx and counts it in d.
+func (o *Outbox) setAsideIn(tx *bolt.Tx, key []byte, reason string, d *delta) error {
+	rec, size, ok, err := o.moveAside(tx, key, reason)
+	if err != nil || !ok {
+		return err
+	}
+	d.pending--
+	d.bytes -= size
+	d.damaged = append(d.damaged, rec)
+	return nil
 }
 
 func seqFromKey(k []byte) uint64 {

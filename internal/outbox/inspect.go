@@ -26,9 +26,7 @@ type Summary struct {
 	Oldest       time.Time // enqueue time of FirstSeq; zero if empty
 	Newest       time.Time // enqueue time of LastSeq; zero if empty
 	ClientID     string
-	// Damaged counts records moved aside as damaged; nil while this build
-	// keeps no such count.
-	Damaged *int
+	Damaged      int // records moved to outbox/damaged: failed their checksum, never published
 }
 
 // buckets returns the outbox's buckets in tx, or ErrNoOutbox.
@@ -51,6 +49,7 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 	s.Pending = int(boltfile.Uint64(meta, keyPending))
 	s.PendingBytes = int64(boltfile.Uint64(meta, keyPendingBytes))
 	s.ClientID = string(meta.Get(keyClientID))
+	s.Damaged = int(boltfile.Uint64(meta, keyDamaged))
 	c := records.Cursor()
 	if k, v := c.First(); k != nil {
 		s.FirstSeq = seqFromKey(k)
@@ -78,9 +77,9 @@ func Each(tx *bolt.Tx, path string, afterSeq uint64, fn func(Record, error) erro
 	c := records.Cursor()
 	for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil; k, v = c.Next() {
 		seq := seqFromKey(k)
-		view, err := decodeRecord(v)
+		view, err := decodeRecord(k, v, false)
 		if err != nil {
-			err = fn(Record{Seq: seq}, corruptError(path, seq, err))
+			err = fn(Record{Seq: seq}, &CorruptRecordError{Path: path, Seq: seq, Err: err})
 		} else {
 			err = fn(view.record(seq), nil)
 		}

@@ -12,13 +12,15 @@
 //
 //	outbox/records  seq (8-byte big-endian) -> record value (record.go)
 //	outbox/ids      event ID -> seq
-//	outbox/meta     "pending", "pending_bytes" (8-byte big-endian), "client_id"
+//	outbox/meta     "pending", "pending_bytes", "damaged" (8-byte big-endian),
+//	                "client_id", "checksums" (present: every record has one)
+//	outbox/damaged  seq -> a record value that failed its checksum (damaged.go)
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -84,6 +86,12 @@ type Options struct {
 	MaxPendingBytes int64
 	// MaxBatch bounds the records (and removals) per transaction; default 1024.
 	MaxBatch int
+	// Verify: when to check the file's structure at open (boltfile.Verify;
+	// the zero value is auto).
+	Verify boltfile.Verify
+	// OnDamaged, if set, is told about each record moved aside as damaged,
+	// after the move is committed. It runs on the committer: keep it short.
+	OnDamaged func(DamagedRecord)
 }
 
 // Stats describes the backlog. Kept in memory and in outbox/meta, never
@@ -92,6 +100,7 @@ type Stats struct {
 	Pending      int
 	PendingBytes int64
 	Oldest       time.Time // zero if empty
+	Damaged      int64     // records moved to outbox/damaged, ever (never published)
 }
 
 // Outbox is a durable FIFO in one bbolt file. Safe for concurrent use.
@@ -132,7 +141,10 @@ func Open(path string, opts Options) (*Outbox, error) {
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = 1024
 	}
-	f, err := boltfile.Acquire(path)
+	// A rolled-back outbox is opened and reported (MetaDamage), not
+	// refused: at worst it resends confirmed records, or misses the last
+	// group appended, and refusing would stop the records it does hold.
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: true})
 	if err != nil {
 		return nil, fmt.Errorf("opening outbox: %w", err)
 	}
@@ -167,25 +179,48 @@ func Open(path string, opts Options) (*Outbox, error) {
 
 // load reads the counters and client ID, creating the buckets and the ID
 // only if they are missing (an existing outbox is not written at open, so it
-// can be opened and drained on a full disk).
+// can be opened and drained on a full disk — except once, to add checksums
+// to the records of a file written before they existed).
 func (o *Outbox) load() error {
-	ready := false
-	err := o.db.View(func(tx *bolt.Tx) error {
+	ready, checksummed := false, false
+	err := o.file.View(func(tx *bolt.Tx) error {
 		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
 		if records == nil || tx.Bucket(bucketIDs) == nil || meta == nil || meta.Get(keyClientID) == nil {
 			return nil
 		}
-		o.loadFrom(records, meta)
+		checksummed = meta.Get(keyChecksums) != nil
 		ready = true
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
 	}
-	if ready {
-		return nil
+	if !ready {
+		if checksummed, err = o.create(); err != nil {
+			return fmt.Errorf("opening outbox file %s: %w", o.path, err)
+		}
 	}
-	err = o.db.Update(func(tx *bolt.Tx) error {
+	if !checksummed {
+		if err := o.upgradeRecords(); err != nil {
+			return err
+		}
+	}
+	if o.file.Verified() {
+		if err := o.checkCount(); err != nil {
+			return err
+		}
+	}
+	return o.file.View(func(tx *bolt.Tx) error {
+		o.loadFrom(tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
+		return nil
+	})
+}
+
+// create makes the buckets and the client ID of a new outbox (or completes
+// those of one whose creation was interrupted). It reports whether the file
+// is marked as checksummed.
+func (o *Outbox) create() (checksummed bool, err error) {
+	err = o.file.Update(func(tx *bolt.Tx) error {
 		records, err := tx.CreateBucketIfNotExists(bucketRecords)
 		if err != nil {
 			return err
@@ -197,26 +232,29 @@ func (o *Outbox) load() error {
 		if err != nil {
 			return err
 		}
-		if meta.Get(keyClientID) != nil {
-			o.loadFrom(records, meta)
-			return nil
+		if meta.Get(keyClientID) == nil {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return err
+			}
+			if err := meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:]))); err != nil {
+				return err
+			}
 		}
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return err
+		if records.Stats().KeyN == 0 {
+			checksummed = true
+			return meta.Put(keyChecksums, []byte{1})
 		}
-		o.clientID = "reliable-mqtt-" + hex.EncodeToString(b[:])
-		return meta.Put(keyClientID, []byte(o.clientID))
+		checksummed = meta.Get(keyChecksums) != nil
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
-	}
-	return nil
+	return checksummed, err
 }
 
 func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
 	o.stats.Pending = int(boltfile.Uint64(meta, keyPending))
 	o.stats.PendingBytes = int64(boltfile.Uint64(meta, keyPendingBytes))
+	o.stats.Damaged = int64(boltfile.Uint64(meta, keyDamaged))
 	if _, v := records.Cursor().First(); v != nil {
 		o.stats.Oldest, _ = enqueuedOf(v)
 	}
@@ -226,7 +264,7 @@ func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
 // reloadStatsLocked rereads the counters and the oldest record from the
 // file. Caller holds mu.
 func (o *Outbox) reloadStatsLocked() {
-	_ = o.db.View(func(tx *bolt.Tx) error {
+	_ = o.file.View(func(tx *bolt.Tx) error {
 		o.stats = Stats{}
 		o.loadFrom(tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
 		return nil
@@ -235,6 +273,10 @@ func (o *Outbox) reloadStatsLocked() {
 
 // Path returns the outbox file's absolute path.
 func (o *Outbox) Path() string { return o.path }
+
+// MetaDamage reports a damaged meta page found when the file was opened
+// (the file may have lost its last commit), or nil. Callers report it.
+func (o *Outbox) MetaDamage() *boltfile.MetaDamage { return o.file.MetaDamage() }
 
 // ClientID returns the MQTT client ID generated once for this file.
 func (o *Outbox) ClientID() (string, error) { return o.clientID, nil }
@@ -284,7 +326,9 @@ func (o *Outbox) Append(ctx context.Context, e Entry) (Record, error) {
 	return r.rec, r.err
 }
 
-// Read returns up to max records with Seq > afterSeq, oldest first.
+// Read returns up to max records with Seq > afterSeq, oldest first. A
+// record that fails its checksum is not returned: it is moved aside (see
+// damaged.go) before Read returns, and the records after it are read on.
 func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("outbox file %s: Read max must be positive, got %d", o.path, max)
@@ -296,25 +340,58 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 		return nil, fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
 	}
 	var out []Record
-	err := o.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketRecords).Cursor()
-		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
-			seq := binary.BigEndian.Uint64(k)
-			view, err := decodeRecord(v)
-			if err != nil {
-				return corruptError(o.path, seq, err)
+	var bad []suspect
+	err := o.file.View(func(tx *bolt.Tx) error {
+		records := tx.Bucket(bucketRecords)
+		c := records.Cursor()
+		var prev []byte
+		k, v := c.Seek(seqKey(afterSeq + 1))
+		for ; k != nil && len(out) < max; k, v = c.Next() {
+			// Keys out of order mean a damaged page: seeks then miss
+			// records, and a record cannot be found again to move it aside.
+			if prev != nil && bytes.Compare(k, prev) <= 0 {
+				return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("outbox keys out of order (%x after %x): a page of records is damaged", k, prev)}
 			}
-			out = append(out, view.record(seq))
+			prev = k
+			view, err := decodeRecord(k, v, false)
+			if err != nil {
+				bad = append(bad, suspect{key: append([]byte(nil), k...), reason: err.Error()})
+				continue
+			}
+			out = append(out, view.record(seqFromKey(k)))
+		}
+		if k == nil {
+			// At the end the bucket is small (what is in flight), so
+			// counting it is cheap: fewer records than the counter says
+			// were dropped from a damaged page without a read failing.
+			return checkKeyCount(o.path, records, tx.Bucket(bucketMeta))
 		}
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrCorrupt) {
-			return out, err
+		return nil, fmt.Errorf("reading outbox file %s: %w", o.path, err)
+	}
+	if len(bad) > 0 {
+		if err := o.setAside(bad); err != nil {
+			return nil, err
 		}
-		return out, fmt.Errorf("reading outbox file %s: %w", o.path, err)
 	}
 	return out, nil
+}
+
+// setAside has the committer move damaged records out of the queue.
+func (o *Outbox) setAside(bad []suspect) error {
+	r := &request{ctx: context.Background(), aside: bad, done: make(chan struct{}, 1)}
+	select {
+	case o.reqs <- r:
+	case <-o.closing:
+		return fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+	}
+	<-r.done
+	if r.err != nil {
+		return fmt.Errorf("outbox file %s: moving %d damaged records aside: %w", o.path, len(bad), r.err)
+	}
+	return nil
 }
 
 // Remove deletes confirmed records and their event-ID index entries. Seqs
@@ -423,7 +500,8 @@ func (o *Outbox) wakeWaitersLocked() {
 }
 
 // CorruptRecordError names a stored record that cannot be decoded. It is
-// errors.Is ErrCorrupt. Readers may skip past Seq; nothing deletes it.
+// errors.Is ErrCorrupt. Read no longer returns it (a damaged record is moved
+// aside, see damaged.go); it is kept for callers that still check for it.
 type CorruptRecordError struct {
 	Path string
 	Seq  uint64
@@ -431,11 +509,7 @@ type CorruptRecordError struct {
 }
 
 func (e *CorruptRecordError) Error() string {
-	return fmt.Sprintf("outbox file %s: record seq %d: %v (%v); it is left in place: restore the file from a backup or remove the record by hand", e.Path, e.Seq, ErrCorrupt, e.Err)
+	return fmt.Sprintf("outbox file %s: record seq %d: %v (%v)", e.Path, e.Seq, ErrCorrupt, e.Err)
 }
 
 func (e *CorruptRecordError) Unwrap() error { return ErrCorrupt }
-
-func corruptError(path string, seq uint64, err error) error {
-	return &CorruptRecordError{Path: path, Seq: seq, Err: err}
-}

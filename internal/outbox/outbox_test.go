@@ -477,40 +477,6 @@ func TestFailingParticipantFailsOnlyItsEntry(t *testing.T) {
 	}
 }
 
-func TestCorruptRecordIsReportedAndKept(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "out.db")
-	o := openT(t, path, Options{})
-	appendT(t, o, "e1", "t", "good")
-	bad := appendT(t, o, "e2", "t", "soon garbage")
-	appendT(t, o, "e3", "t", "good")
-	garbage := []byte{0x01, 0x02}
-	if err := o.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRecords).Put(seqKey(bad.Seq), garbage)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := o.Read(0, 10)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) ||
-		!strings.Contains(err.Error(), fmt.Sprintf("seq %d", bad.Seq)) {
-		t.Fatalf("Read over a corrupt record: err = %v", err)
-	}
-	if len(recs) != 1 {
-		t.Errorf("Read returned %d records before the corrupt one, want 1", len(recs))
-	}
-	// Remove of the corrupt record is refused too: nothing deletes it silently.
-	if err := o.Remove(bad.Seq); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("Remove of a corrupt record: %v", err)
-	}
-	if err := o.db.View(func(tx *bolt.Tx) error {
-		if !bytes.Equal(tx.Bucket(bucketRecords).Get(seqKey(bad.Seq)), garbage) {
-			return errors.New("corrupt record was changed or deleted")
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestSamePathTwiceInProcess(t *testing.T) {
 	dir := t.TempDir()
 	o := openT(t, filepath.Join(dir, "out.db"), Options{})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 )
 
@@ -23,15 +24,30 @@ func size(eventID, topic string, payload []byte) int64 {
 
 // Record values are stored as
 //
-//	version byte (1) | enqueued unix nanos (8, big-endian) |
-//	uvarint len + event ID | uvarint len + topic | payload (the rest)
+//	version byte (2) | enqueued unix nanos (8, big-endian) |
+//	uvarint len + event ID | uvarint len + topic | payload |
+//	CRC-32C (4, big-endian) of the seq key followed by every byte before it
+//
+// The checksum covers the key too, so a value that a damaged page shows
+// under another key fails as well. Version 1, written before checksums, is
+// the same without the CRC; it is read only while upgrading a file
+// (upgradeRecords), never after: in a checksummed outbox a version byte of 1
+// is damage.
 const (
-	recordVersion = 1
-	headerLen     = 1 + 8
+	recordVersionV1 = 1
+	recordVersion   = 2
+	headerLen       = 1 + 8
+	crcLen          = 4
 )
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func recordCRC(key, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body)
+}
+
 func encodeRecord(r *Record) []byte {
-	n := headerLen + 2*binary.MaxVarintLen64 + len(r.EventID) + len(r.Topic) + len(r.Payload)
+	n := headerLen + 2*binary.MaxVarintLen64 + len(r.EventID) + len(r.Topic) + len(r.Payload) + crcLen
 	b := make([]byte, headerLen, n)
 	b[0] = recordVersion
 	binary.BigEndian.PutUint64(b[1:], uint64(r.Enqueued.UnixNano()))
@@ -39,7 +55,8 @@ func encodeRecord(r *Record) []byte {
 	b = append(b, r.EventID...)
 	b = binary.AppendUvarint(b, uint64(len(r.Topic)))
 	b = append(b, r.Topic...)
-	return append(b, r.Payload...)
+	b = append(b, r.Payload...)
+	return binary.BigEndian.AppendUint32(b, recordCRC(seqKey(r.Seq), b))
 }
 
 // recordView is a decoded record whose slices still point into the stored
@@ -68,13 +85,31 @@ func (v *recordView) record(seq uint64) Record {
 
 var errShort = errors.New("value too short")
 
-func decodeRecord(b []byte) (recordView, error) {
+// decodeRecord checks a stored record against its key and checksum and
+// decodes it. legacy accepts version 1 (no checksum), for the upgrade only.
+func decodeRecord(key, b []byte, legacy bool) (recordView, error) {
 	var v recordView
 	if len(b) < headerLen {
 		return v, errShort
 	}
-	if b[0] != recordVersion {
+	switch {
+	case b[0] == recordVersion:
+		if len(b) < headerLen+crcLen {
+			return v, errShort
+		}
+		body := b[:len(b)-crcLen]
+		if got, want := recordCRC(key, body), binary.BigEndian.Uint32(b[len(body):]); got != want {
+			return v, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
+		}
+		b = body
+	case b[0] == recordVersionV1 && legacy:
+	case b[0] == recordVersionV1:
+		return v, errors.New("record without a checksum in a checksummed outbox")
+	default:
 		return v, fmt.Errorf("unknown record version %d", b[0])
+	}
+	if len(key) != 8 {
+		return v, fmt.Errorf("key of %d bytes, not a sequence number", len(key))
 	}
 	v.enqueued = int64(binary.BigEndian.Uint64(b[1:]))
 	rest := b[headerLen:]
@@ -103,7 +138,7 @@ func lengthPrefixed(b []byte) (field, rest []byte, err error) {
 
 // enqueuedOf reads only the enqueue time, for Stats.Oldest.
 func enqueuedOf(b []byte) (time.Time, bool) {
-	if len(b) < headerLen || b[0] != recordVersion {
+	if len(b) < headerLen || (b[0] != recordVersion && b[0] != recordVersionV1) {
 		return time.Time{}, false
 	}
 	return time.Unix(0, int64(binary.BigEndian.Uint64(b[1:]))), true

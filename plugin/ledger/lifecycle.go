@@ -11,6 +11,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 )
@@ -33,7 +34,7 @@ func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processo
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the directory of dedup ledger %s: %w", s.path, err)
 	}
-	l, err := ledger.Open(s.path, ledger.Options{Retention: s.retention})
+	l, err := ledger.Open(s.path, ledger.Options{Retention: s.retention, Verify: s.verify, AcceptRollback: s.rollback})
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +98,16 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	if s.waitTimeout <= 0 {
 		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
+	}
+	verify, err := conf.FieldString(fieldVerify)
+	if err != nil {
+		return s, err
+	}
+	if s.verify, err = boltfile.ParseVerify(verify); err != nil {
+		return s, err
+	}
+	if s.rollback, err = conf.FieldBool(fieldRollback); err != nil {
+		return s, err
 	}
 	return s, nil
 }

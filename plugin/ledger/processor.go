@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
 
 const (
@@ -22,6 +24,8 @@ const (
 	fieldCommit      = "commit"
 	fieldWaitTimeout = "wait_timeout"
 	fieldSQL         = "sql"
+	fieldVerify      = "verify_on_start"
+	fieldRollback    = "accept_rollback"
 
 	duplicateDrop   = "drop"
 	duplicateFlag   = "flag"
@@ -72,7 +76,7 @@ Instead of `+"`path`"+`, `+"`sql`"+` keeps the ledger in a table of SQLite (embe
 
 ### The file
 
-The ledger lives in the bbolt file at `+"`path`"+`, which may be (and for exactly-once should be) the outbox file of the `+"`reliable_mqtt_out`"+` downstream. Keys older than `+"`retention`"+` are deleted in the background in small batches; a copy that arrives after its key expired passes again, so choose a retention longer than any redelivery you expect (broker session expiry, outbox backlog). Metrics: `+"`dedup_ledger_passed`"+`, `+"`dedup_ledger_duplicates`"+`, `+"`dedup_ledger_conflicts`"+`, `+"`dedup_ledger_commits`"+`, `+"`dedup_ledger_releases`"+`, `+"`dedup_ledger_errors`"+`, and the gauge `+"`dedup_ledger_keys`"+`.`).
+The ledger lives in the bbolt file at `+"`path`"+`, which may be (and for exactly-once should be) the outbox file of the `+"`reliable_mqtt_out`"+` downstream. Every entry carries a CRC-32C checksum checked on every lookup: an entry that fails makes its message fail with an error naming the file and the key (it is never taken for "not applied"), and a file found damaged at start (`+"`verify_on_start`"+`) or rolled back to an earlier commit (`+"`accept_rollback`"+`) is refused. Keys older than `+"`retention`"+` are deleted in the background in small batches; a copy that arrives after its key expired passes again, so choose a retention longer than any redelivery you expect (broker session expiry, outbox backlog). Metrics: `+"`dedup_ledger_passed`"+`, `+"`dedup_ledger_duplicates`"+`, `+"`dedup_ledger_conflicts`"+`, `+"`dedup_ledger_commits`"+`, `+"`dedup_ledger_releases`"+`, `+"`dedup_ledger_errors`"+`, and the gauge `+"`dedup_ledger_keys`"+`.`).
 		Fields(
 			service.NewStringField(fieldPath).
 				Description("Path of the bbolt ledger file. Use the `outbox.path` of the `reliable_mqtt_out` that follows to commit the key and the outbox record in one transaction. One process owns the file; its directory is created if missing. Set exactly one of `path` and `sql`.").
@@ -100,6 +104,15 @@ The ledger lives in the bbolt file at `+"`path`"+`, which may be (and for exactl
 			service.NewDurationField(fieldWaitTimeout).
 				Description("How long a copy waits for another copy of the same key that is in flight before it fails (and is retried).").
 				Default("10s").Advanced(),
+			service.NewStringAnnotatedEnumField(fieldVerify, map[string]string{
+				string(boltfile.VerifyAuto):   fmt.Sprintf("Check files up to %d MiB.", boltfile.AutoVerifyMaxBytes>>20),
+				string(boltfile.VerifyAlways): "Check the file whatever its size.",
+				string(boltfile.VerifyNever):  "Do not check; rely on the per-entry checksums checked on every lookup.",
+			}).Description("With `path`: at start, read every page of the ledger file, run bbolt's consistency check, check every entry's checksum and compare the keys with the stored count; a damaged file is refused before any message is checked against it. The cost grows with the file (see docs/operations.md).").
+				Default(string(boltfile.VerifyAuto)).Advanced(),
+			service.NewBoolField(fieldRollback).
+				Description("With `path`: start even though the file's newest meta page is damaged. bbolt then silently opens the previous commit, so the keys of the last commit are forgotten and their events, redelivered, are applied again. Without this the processor refuses to start and says how many commits back the file is. The next commit repairs the page: set it for one start only.").
+				Default(false).Advanced(),
 		).
 		Example("Exactly-once relay", "Consume with a persistent session, drop redeliveries, and enqueue each event once: the ledger and the outbox share one file, so the key and the record commit together.", `
 input:
@@ -187,6 +200,8 @@ type settings struct {
 	retention   time.Duration
 	immediate   bool
 	waitTimeout time.Duration
+	verify      boltfile.Verify
+	rollback    bool         // accept_rollback
 	sql         *sqlSettings // nil for the bbolt store
 }
 

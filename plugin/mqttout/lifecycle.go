@@ -54,8 +54,15 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	}
 	o := &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}
 	if s.outboxOn {
-		if o.ob, err = openOutbox(s.outboxPath, s.outboxOpts); err != nil {
+		opts := s.outboxOpts
+		opts.OnDamaged = func(d outbox.DamagedRecord) { o.log.Errorf("%v", d) }
+		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err
+		}
+		if md := o.ob.MetaDamage(); md != nil && md.RolledBack() {
+			o.log.Errorf("%v. The outbox is used as it is: records confirmed in the lost commit are published again, and records appended in it are missing", md)
+		} else if md != nil {
+			o.log.Warnf("%v", md)
 		}
 		logResume(o.log, o.ob)
 	}

@@ -20,6 +20,7 @@ type metrics struct {
 	ignored      *service.MetricCounter
 	latency      *service.MetricTimer
 	connected    *service.MetricGauge
+	damaged      *service.MetricGauge // records moved aside as damaged, kept in the file
 
 	// Totals for the periodic log line.
 	nPublished, nConfirmed atomic.Int64
@@ -36,6 +37,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		ignored:      m.NewCounter("reliable_mqtt_out_acks_ignored", "reason"),
 		latency:      m.NewTimer("reliable_mqtt_out_confirm_latency_ns"),
 		connected:    m.NewGauge("reliable_mqtt_out_connected"),
+		damaged:      m.NewGauge("reliable_mqtt_out_damaged_records"),
 	}
 }
 
@@ -68,6 +70,7 @@ func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *servi
 		}
 		m.pending.Set(int64(st.Pending))
 		m.pendingBytes.Set(st.PendingBytes)
+		m.damaged.Set(st.Damaged)
 		if st.Oldest.IsZero() {
 			m.oldestAgeMs.Set(0)
 		} else {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
@@ -30,6 +31,7 @@ const (
 	fieldOutboxPath      = "path"
 	fieldOutboxMaxCount  = "max_pending"
 	fieldOutboxMaxBytes  = "max_pending_bytes"
+	fieldOutboxVerify    = "verify_on_start"
 	fieldWindow          = "window"
 	fieldAckTimeout      = "ack_timeout"
 	fieldPublishTimeout  = "publish_timeout"
@@ -107,7 +109,8 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 				service.NewStringField(fieldOutboxPath).Description("Path of the bbolt outbox file (required when enabled). One process owns it; it may be shared with a `dedup_ledger` of the same pipeline so that both commit in one transaction.").Default("").Example("./data/outbox.db"),
 				service.NewIntField(fieldOutboxMaxCount).Description("At most this many pending records; `Write` blocks while full. 0 means unbounded.").Default(0),
 				service.NewIntField(fieldOutboxMaxBytes).Description("At most this many pending bytes; `Write` blocks while full. 0 means unbounded.").Default(0),
-			).Description("The durable outbox."),
+				verifyField(),
+			).Description("The durable outbox. Every record carries a CRC-32C checksum checked on every read; a record that fails is never published: it is moved to the file's `outbox/damaged` bucket, logged with its sequence number and counted in `reliable_mqtt_out_damaged_records`, and the records after it go on."),
 			service.NewIntField(fieldWindow).
 				Description("How many unconfirmed messages the outbox sender keeps on the wire at once. 1 is strict stop-and-wait. In direct mode (no outbox) each write waits for its own confirmation and `max_in_flight` sets how many are in flight.").
 				Default(64),
@@ -264,6 +267,13 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	s.outboxOpts.MaxPendingBytes = int64(maxBytes)
+	verify, err := conf.FieldString(fieldOutbox, fieldOutboxVerify)
+	if err != nil {
+		return s, err
+	}
+	if s.outboxOpts.Verify, err = boltfile.ParseVerify(verify); err != nil {
+		return s, fmt.Errorf("outbox.%w", err)
+	}
 	if s.outboxOpts.MaxPending < 0 || maxBytes < 0 {
 		return s, errors.New("outbox.max_pending and outbox.max_pending_bytes must not be negative")
 	}
@@ -320,4 +330,14 @@ func (s *settings) parseRetained(conf *service.ParsedConfig) error {
 		return errors.New("retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again")
 	}
 	return nil
+}
+
+// verifyField is outbox.verify_on_start.
+func verifyField() *service.ConfigField {
+	return service.NewStringAnnotatedEnumField(fieldOutboxVerify, map[string]string{
+		string(boltfile.VerifyAuto):   fmt.Sprintf("Check files up to %d MiB.", boltfile.AutoVerifyMaxBytes>>20),
+		string(boltfile.VerifyAlways): "Check the file whatever its size.",
+		string(boltfile.VerifyNever):  "Do not check; rely on the per-record checksums.",
+	}).Description("At start, read every page of an existing outbox file, run bbolt's consistency check and compare the records with the stored count, refusing a damaged file before anything is published. The cost grows with the file (see docs/operations.md).").
+		Default(string(boltfile.VerifyAuto)).Advanced()
 }

@@ -11,6 +11,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
@@ -77,7 +78,11 @@ func (sd *sender) run(ctx context.Context) {
 			delay = sd.s.retry.Initial
 		}
 		sd.m.onRetried()
-		sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)
+		if errors.Is(err, boltfile.ErrDamaged) {
+			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
+		} else {
+			sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)
+		}
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

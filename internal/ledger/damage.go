@@ -1,0 +1,66 @@
+package ledger
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+)
+
+// upgradeBatch bounds the entries rewritten per upgrade transaction.
+const upgradeBatch = 10000
+
+// upgradeEntries rewrites version-1 entries (written before checksums) with
+// a checksum, upgradeBatch per transaction, then marks the file as
+// checksummed. An entry that is not a readable version-1 entry either stops
+// the upgrade: it is damage, and a ledger never forgets a key silently.
+func (l *Ledger) upgradeEntries() error {
+	err := l.file.UpdateInBatches(bucketKeys, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
+		if len(v) == valueLen && v[0] == valueVersion {
+			return nil
+		}
+		if len(v) != valueLenV1 || v[0] != valueVersionV1 {
+			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("dedup ledger entry %x is unreadable (%d bytes, version %d) while adding checksums", k, len(v), firstByte(v))}
+		}
+		at, hash, _ := decodeBody(v)
+		return tx.Bucket(bucketKeys).Put(k, encodeValue(k, at, hash))
+	}, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+	})
+	if err != nil {
+		return fmt.Errorf("dedup ledger file %s: adding checksums to the entries written by an earlier version failed: %w", l.path, err)
+	}
+	return nil
+}
+
+// verifyEntries checks every entry's checksum and that the entries in the
+// file are as many as the stored count: a damaged page can drop keys
+// without any read failing (a leaf's element count lowered), and a ledger
+// that forgot a key applies its event again.
+func (l *Ledger) verifyEntries() error {
+	return l.file.View(func(tx *bolt.Tx) error {
+		var n, bad uint64
+		var first string
+		err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
+			n++
+			if _, _, err := decodeValue(k, v); err != nil {
+				if bad == 0 {
+					first = fmt.Sprintf("entry %x: %v", k, err)
+				}
+				bad++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if bad > 0 {
+			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("%d dedup ledger entries fail their checksum, the first %s", bad, first)}
+		}
+		if want := boltfile.Uint64(tx.Bucket(bucketMeta), keyCount); n < want {
+			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("its counter says %d dedup ledger keys are applied but %d are in the file: keys were lost to damage, and their events would be applied again", want, n)}
+		}
+		return nil
+	})
+}
