@@ -15,14 +15,13 @@ import (
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/all"
 )
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "0.1.0-dev"
-
 func main() {
 	service.RunCLI(context.Background(),
-		service.CLIOptSetBinaryName("reliable-mqtt"),
-		service.CLIOptSetProductName("reliable-mqtt"),
-		service.CLIOptSetVersion(Version, ""),
+		service.CLIOptSetBinaryName(productName),
+		service.CLIOptSetProductName(productName),
+		service.CLIOptSetVersion(buildStamp()),
+		service.CLIOptSetMainSchemaFrom(configSchema),
+		service.CLIOptSetDefaultConfigPaths(defaultConfigPaths...),
 		service.CLIOptAddCommand(inspect.OutboxCommand()), service.CLIOptAddCommand(inspect.LedgerCommand()),
 	)
 }
