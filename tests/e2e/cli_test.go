@@ -16,9 +16,10 @@ import (
 // runCLI runs the real binary in the module root and returns its output.
 func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
+	bin := harness.Binary(t) // a first build can take minutes: not part of the run's bound
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = harness.ModuleRoot(t)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
