@@ -29,7 +29,7 @@ ENV DATA_DIR=/var/lib/reliable-mqtt
 VOLUME /var/lib/reliable-mqtt
 # Benthos's HTTP server: GET /ready answers 200 once every input and output
 # is connected (use it as the readiness probe), /ping 200 while the
-# process runs (liveness), /metrics.
+# process runs (liveness).
 EXPOSE 4195
 ENTRYPOINT ["/usr/bin/reliable-mqtt"]
 CMD ["-c", "/etc/reliable-mqtt/config.yaml", "--set", "http.address=0.0.0.0:4195"]
