@@ -161,7 +161,7 @@ echo "image: user, volume, port: $cfg"
 step "examples/custom-distribution"
 (cd examples/custom-distribution && go vet ./... && go build -o "$tmp/my-benthos" .) ||
   fail "example build; after a change to the main go.mod, update its go.mod and go.sum:
-  (cd examples/custom-distribution && cp ../../go.sum . && GOPROXY=off GOFLAGS=-mod=mod go mod tidy)"
+  (cd examples/custom-distribution && cat ../../go.sum >>go.sum && GOPROXY=off GOFLAGS=-mod=mod go mod tidy)"
 "$tmp/my-benthos" lint config/*.yaml || fail "example distribution does not lint config/"
 case $("$tmp/my-benthos" list outputs) in *reliable_mqtt_out*) ;; *) fail "example distribution lacks reliable_mqtt_out" ;; esac
 
