@@ -5,8 +5,8 @@
 #   reliable-mqtt_<v>_{amd64,arm64,armhf}.deb          binary, systemd unit,
 #       /etc/reliable-mqtt/config.yaml, copyright
 #   SHA256SUMS
-#   reliable-mqtt_<v>_image_{amd64,arm64}.tar          OCI image (with IMAGE=1;
-#       needs buildah)
+#   reliable-mqtt_<v>_image_linux_{amd64,arm64,armv7}.tar  the Dockerfile's
+#       image as an OCI archive (when buildah is installed; IMAGE=0 skips it)
 # The version is $VERSION, else `git describe --tags --dirty`; the build date
 # is the commit's time, so the same commit gives the same binaries.
 set -euo pipefail
@@ -75,6 +75,18 @@ CONTROL
     "$dist/reliable-mqtt_${debversion}_$2.deb" >/dev/null
 }
 
+# image NAME PLATFORM: an OCI archive of the Dockerfile's image, built with
+# buildah in a throwaway store (FROM scratch and COPY only: no emulation, no
+# registry)
+image() {
+  local store=$dist/.containers
+  local b=(buildah --root "$store/root" --runroot "$store/run" --storage-driver vfs)
+  "${b[@]}" bud --quiet --isolation chroot --platform "$2" --build-arg ARCH="$1" \
+    --timestamp "$epoch" -t "reliable-mqtt:$1" -f Dockerfile . >/dev/null
+  "${b[@]}" push --quiet "reliable-mqtt:$1" "oci-archive:$dist/reliable-mqtt_${version}_image_linux_$1.tar:reliable-mqtt:$version"
+  "${b[@]}" rmi --all --force >/dev/null
+}
+
 for t in $targets; do
   IFS=: read -r name goarch goarm debarch <<<"$t"
   echo "release: linux/$name"
@@ -82,6 +94,13 @@ for t in $targets; do
   tarball "$name"
   deb "$name" "$debarch"
 done
-(cd "$dist" && sha256sum -- *.tar.gz *.deb >SHA256SUMS)
+if [ "${IMAGE:-1}" != 0 ] && command -v buildah >/dev/null; then
+  for p in amd64:linux/amd64 arm64:linux/arm64 armv7:linux/arm/v7; do
+    echo "release: image ${p#*:}"
+    image "${p%%:*}" "${p#*:}"
+  done
+  rm -rf "$dist/.containers"
+fi
+(cd "$dist" && sha256sum -- *.tar.gz *.deb $(ls *_image_*.tar 2>/dev/null) >SHA256SUMS)
 rm -rf "$dist/stage" "$dist"/deb-*
 ls -l "$dist"
