@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Release checks, run by .ci/run after the Go tests (root needed for dpkg):
-#   1. tools/release.sh builds the tarballs, .debs and SHA256SUMS (one build
-#      per architecture, reused by every check below);
+#   1. tools/release.sh builds the tarballs, .debs, images and SHA256SUMS
+#      (one build per architecture, reused by every check below);
 #   2. each tarball's binary prints its version and commit and lints every
 #      config; the arm64 and armv7 ones run under qemu-user-static, through
 #      the README's quickstart on the embedded brokers;
 #   3. the amd64 .deb is installed, its unit verified, its config linted by
 #      the installed binary, then removed (state stays) and purged (it goes);
-#   4. the container image is built with buildah from scratch and its binary
-#      run;
+#   4. the amd64 image, loaded from its OCI archive, runs its binary as user
+#      65532 with the state volume and port 4195 declared;
 #   5. examples/custom-distribution builds and lints;
 #   6. a plain `go build` in a git checkout stamps the commit by itself.
 # Prints what it measured (sizes, arm64 quickstart RSS, step times).
