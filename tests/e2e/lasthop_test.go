@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,7 +86,13 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 	pub := mustReplace(t, shippedConfig(t, "publisher.yaml"), "max_in_flight: 1 ", "max_in_flight: 64 ")
 	bridge, consumer := shippedConfig(t, "bridge.yaml"), shippedConfig(t, "consumer.yaml")
 	if !endToEnd {
-		bridge = mustReplace(t, bridge, "    confirm: end_to_end\n", "    confirm: broker\n    envelope: delivery\n")
+		// The bridge's forwarding output, at whatever depth the shipped
+		// file nests it (under fallback/switch): same indentation.
+		ind := regexp.MustCompile(`(?m)^( *)confirm: end_to_end\n`).FindStringSubmatch(bridge)
+		if ind == nil {
+			t.Fatal("config/bridge.yaml has no confirm: end_to_end line")
+		}
+		bridge = mustReplace(t, bridge, ind[0], ind[1]+"confirm: broker\n"+ind[1]+"envelope: delivery\n")
 		consumer = mustReplace(t, consumer, "topics: [ reliable/deliveries ]", "topics: [ factory/+/data ]")
 		consumer = mustReplace(t, consumer, "envelope: ingress\n", "envelope: delivery\n")
 		consumer = mustReplace(t, consumer, "    ack_topic: reliable/consumer-acks\n", "")
