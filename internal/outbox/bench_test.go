@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
 
@@ -42,6 +44,48 @@ func BenchmarkAppend64Writers(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkBareBoltGroupCommit is the ceiling for Append64Writers: one
+// committer writing perTx 100-byte records per fsync'd bbolt transaction
+// (seq key -> payload, the same bucket fill as the outbox's records), and
+// nothing else: no channels, no index, no encoding, no counters. perTx=64
+// is what 64 writers can put in one group at most.
+func BenchmarkBareBoltGroupCommit(b *testing.B) {
+	for _, perTx := range []int{64, 1024} {
+		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
+			db, err := bolt.Open(filepath.Join(b.TempDir(), "bare.db"), 0o600, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			name := []byte("records")
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; {
+				n := min(perTx, b.N-done)
+				err := db.Update(func(tx *bolt.Tx) error {
+					bk, err := tx.CreateBucketIfNotExists(name)
+					if err != nil {
+						return err
+					}
+					bk.FillPercent = 1.0
+					for i := 0; i < n; i++ {
+						seq, _ := bk.NextSequence()
+						if err := bk.Put(seqKey(seq), benchPayload); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done += n
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
 }
 
 // BenchmarkAppendSerial measures one writer: one fsync per append.
