@@ -208,3 +208,55 @@ func BenchmarkOpenVerify(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOpenAfterDrain measures the open that compacts a drained
+// outbox (boltfile's compaction at open): `pending` records were appended
+// and all but 1,000 removed. It reports the file's size before and after.
+func BenchmarkOpenAfterDrain(b *testing.B) {
+	for _, pending := range []int{200_000} {
+		b.Run(fmt.Sprintf("appended=%d", pending), func(b *testing.B) {
+			var before, after int64
+			var elapsed time.Duration
+			for i := 0; i < b.N; i++ {
+				path := filepath.Join(b.TempDir(), "out.db")
+				o := openT(b, path, Options{})
+				first, last := fillBacklog(b, o, pending)
+				seqs := make([]uint64, 0, 10_000)
+				for s := first; s <= last-1000; s++ {
+					if seqs = append(seqs, s); len(seqs) == cap(seqs) {
+						if err := o.Remove(seqs...); err != nil {
+							b.Fatal(err)
+						}
+						seqs = seqs[:0]
+					}
+				}
+				if err := o.Remove(seqs...); err != nil {
+					b.Fatal(err)
+				}
+				if err := o.Close(); err != nil {
+					b.Fatal(err)
+				}
+				st, _ := os.Stat(path)
+				before = st.Size()
+				t0 := time.Now()
+				o, err := Open(path, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(t0)
+				if st := o.Stats(); st.Pending != 1000 {
+					b.Fatalf("Pending = %d after compaction, want 1000", st.Pending)
+				}
+				if err := o.Close(); err != nil {
+					b.Fatal(err)
+				}
+				st, _ = os.Stat(path)
+				after = st.Size()
+			}
+			b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "open_ms")
+			b.ReportMetric(float64(before)/(1<<20), "MiB_before")
+			b.ReportMetric(float64(after)/(1<<20), "MiB_after")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
