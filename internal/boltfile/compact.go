@@ -34,18 +34,6 @@ var compactMinFree int64 = 16 << 20
 // chunks of about this many bytes), so memory stays bounded.
 const compactTxMaxSize = 16 << 20
 
-// Crash points inside compaction (see internal/failpoint).
-const (
-	// CompactCopied: the copy is complete and fsync'd, the original is not
-	// yet replaced.
-	CompactCopied = "compact-copied"
-	// CompactRenamed: the copy has replaced the original, the directory is
-	// not yet fsync'd.
-	CompactRenamed = "compact-renamed"
-	// CompactDone: the directory is fsync'd, the file is not yet reopened.
-	CompactDone = "compact-done"
-)
-
 func compactPath(path string) string { return path + ".compact" }
 
 // compactIfSparse returns db, or a reopened database of the compacted file
@@ -61,7 +49,7 @@ func compactIfSparse(db *bolt.DB, path string) (out *bolt.DB, compacted bool, er
 		_ = os.Remove(compactPath(path))
 		return db, false, nil
 	}
-	failpoint.Hit(CompactCopied)
+	failpoint.Hit(failpoint.CompactCopied)
 	if err := db.Close(); err != nil {
 		_ = os.Remove(compactPath(path))
 		return reopen(path, false)
@@ -70,11 +58,11 @@ func compactIfSparse(db *bolt.DB, path string) (out *bolt.DB, compacted bool, er
 		_ = os.Remove(compactPath(path))
 		return reopen(path, false)
 	}
-	failpoint.Hit(CompactRenamed)
+	failpoint.Hit(failpoint.CompactRenamed)
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return reopen(path, true)
 	}
-	failpoint.Hit(CompactDone)
+	failpoint.Hit(failpoint.CompactDone)
 	return reopen(path, true)
 }
 

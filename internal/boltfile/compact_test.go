@@ -178,7 +178,7 @@ func TestCompactionSurvivesSIGKILLAtEveryStep(t *testing.T) {
 
 	defer func(v int64) { compactMinFree = v }(compactMinFree)
 	compactMinFree = testCompactMinFree
-	for _, point := range []string{"", CompactCopied, CompactRenamed, CompactDone} {
+	for _, point := range []string{"", failpoint.CompactCopied, failpoint.CompactRenamed, failpoint.CompactDone} {
 		t.Run("kill-at="+point, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "out.db")
 			if err := os.WriteFile(path, orig, 0o600); err != nil {
