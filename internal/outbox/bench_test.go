@@ -104,7 +104,7 @@ func BenchmarkAppendSerial(b *testing.B) {
 // fillBacklog writes n records in large transactions through the
 // committer's own append path (one fsync per 50k records) and returns the
 // first and last seq.
-func fillBacklog(b *testing.B, o *Outbox, n int) (first, last uint64) {
+func fillBacklog(b testing.TB, o *Outbox, n int) (first, last uint64) {
 	b.Helper()
 	const perTx = 50_000
 	for done := 0; done < n; {
