@@ -59,7 +59,7 @@ func compactIfSparse(db *bolt.DB, path string) (out *bolt.DB, compacted bool, er
 		return reopen(path, false)
 	}
 	failpoint.Hit(failpoint.CompactRenamed)
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := syncPath(filepath.Dir(path)); err != nil {
 		return reopen(path, true)
 	}
 	failpoint.Hit(failpoint.CompactDone)
@@ -99,19 +99,12 @@ func copyCompacted(src *bolt.DB, path string) error {
 	if err != nil {
 		return fmt.Errorf("compacting %s: %w", path, err)
 	}
-	f, err := os.OpenFile(compactPath(path), os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncPath(compactPath(path))
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncPath fsyncs a file or a directory.
+func syncPath(name string) error {
+	d, err := os.Open(name)
 	if err != nil {
 		return err
 	}
