@@ -63,11 +63,12 @@ type File struct {
 }
 
 type sharedDB struct {
-	path     string
-	db       *bolt.DB
-	refs     int         // guarded by registryMu
-	meta     *MetaDamage // found at open; nil if both meta pages check out
-	verified bool        // the structure was verified at open
+	path      string
+	db        *bolt.DB
+	refs      int         // guarded by registryMu
+	meta      *MetaDamage // found at open; nil if both meta pages check out
+	verified  bool        // the structure was verified at open
+	compacted bool        // the file was compacted at open (compact.go)
 
 	damaged atomic.Pointer[DamagedError] // set by the first recovered bbolt panic
 }
@@ -143,6 +144,9 @@ func (f *File) MetaDamage() *MetaDamage { return f.shared.meta }
 // Verified reports whether the file's structure was verified at open, so
 // its owner can afford a full scan of its own values too.
 func (f *File) Verified() bool { return f.shared.verified }
+
+// Compacted reports whether this process compacted the file when it opened it.
+func (f *File) Compacted() bool { return f.shared.compacted }
 
 // Path returns the file's absolute path, which is its identity in this process.
 func (f *File) Path() string { return f.shared.path }
@@ -234,6 +238,11 @@ func open(path string, opts Options) (*sharedDB, error) {
 	if err := ensureMarker(s.db, path); err != nil {
 		_ = s.db.Close()
 		return nil, err
+	}
+	if s.meta == nil { // a damaged file is kept as it is, for inspection
+		if s.db, s.compacted, err = compactIfSparse(s.db, path); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

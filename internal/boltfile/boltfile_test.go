@@ -20,6 +20,9 @@ import (
 const childHoldEnv = "BOLTFILE_TEST_HOLD"
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(childCompactEnv); path != "" {
+		os.Exit(compactChild(path))
+	}
 	if path := os.Getenv(childHoldEnv); path != "" {
 		f, err := Acquire(path)
 		if err != nil {

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // Version is the only protocol version reliomq v1 speaks; every message
@@ -260,9 +262,21 @@ func CheckPublishTopic(topic string) error {
 	return nil
 }
 
-// NewEventID returns a fresh random event ID: 32 lowercase hex digits of a
-// version 4 UUID, the same shape as Python's uuid.uuid4().hex.
+// NewEventID returns a fresh event ID: 32 lowercase hex digits of a
+// version 7 UUID (RFC 9562: a 48-bit Unix millisecond timestamp, a counter
+// that keeps IDs from one process increasing within a millisecond, 62
+// random bits). IDs generated later sort later, so the outbox's event-ID
+// index grows at its end instead of splitting pages at random places.
+// Not secret and not for names that must not collide by start time: use
+// NewRandomID for those.
 func NewEventID() string {
+	u := uuid.Must(uuid.NewV7()) // fails only if crypto/rand fails, which crashes instead
+	return hex.EncodeToString(u[:])
+}
+
+// NewRandomID returns 32 lowercase hex digits of a random version 4 UUID,
+// the same shape as Python's uuid.uuid4().hex.
+func NewRandomID() string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails; crypto/rand crashes the program instead
 	b[6] = b[6]&0x0f | 0x40

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // goldenVector is one entry of testdata/golden.json, written by
@@ -352,21 +354,47 @@ func TestCanonicalEscapesOnlyWhatPythonEscapes(t *testing.T) {
 	}
 }
 
-func TestNewEventIDIsAFreshUUID4Hex(t *testing.T) {
+func TestNewEventIDIsAnIncreasingUUID7Hex(t *testing.T) {
 	seen := map[string]bool{}
-	for i := 0; i < 1000; i++ {
+	prev := ""
+	before := time.Now().UnixMilli()
+	for i := 0; i < 10000; i++ {
 		id := NewEventID()
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Fatalf("NewEventID() = %q, want 32 lowercase hex digits", id)
 		}
-		if id[12] != '4' || !strings.ContainsRune("89ab", rune(id[16])) {
-			t.Fatalf("NewEventID() = %q is not a version 4 UUID", id)
+		if id[12] != '7' || !strings.ContainsRune("89ab", rune(id[16])) {
+			t.Fatalf("NewEventID() = %q is not a version 7 UUID", id)
 		}
 		if err := CheckEventID(id); err != nil {
 			t.Fatal(err)
 		}
 		if seen[id] {
 			t.Fatalf("NewEventID() repeated %q", id)
+		}
+		if id <= prev {
+			t.Fatalf("NewEventID() = %q after %q: not increasing", id, prev)
+		}
+		seen[id], prev = true, id
+	}
+	ms, err := strconv.ParseInt(prev[:12], 16, 64)
+	if err != nil || ms < before || ms > time.Now().UnixMilli() {
+		t.Fatalf("NewEventID() = %q: timestamp %d (%v) not within the test's run [%d, now]", prev, ms, err, before)
+	}
+}
+
+func TestNewRandomIDIsAFreshUUID4Hex(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewRandomID()
+		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+			t.Fatalf("NewRandomID() = %q, want 32 lowercase hex digits", id)
+		}
+		if id[12] != '4' || !strings.ContainsRune("89ab", rune(id[16])) {
+			t.Fatalf("NewRandomID() = %q is not a version 4 UUID", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewRandomID() repeated %q", id)
 		}
 		seen[id] = true
 	}

@@ -31,6 +31,14 @@ const (
 	// statements) committed, the message has not moved on and is not
 	// acknowledged.
 	SQLCommitted = "sql-committed"
+	// CompactCopied: boltfile's compaction at open wrote and fsync'd the
+	// copy, the original file is not yet replaced.
+	CompactCopied = "compact-copied"
+	// CompactRenamed: the copy has replaced the original, the directory is
+	// not yet fsync'd.
+	CompactRenamed = "compact-renamed"
+	// CompactDone: the directory is fsync'd, the file is not yet reopened.
+	CompactDone = "compact-done"
 )
 
 var (

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
 
@@ -44,6 +46,48 @@ func BenchmarkAppend64Writers(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
+// BenchmarkBareBoltGroupCommit is the ceiling for Append64Writers: one
+// committer writing perTx 100-byte records per fsync'd bbolt transaction
+// (seq key -> payload, the same bucket fill as the outbox's records), and
+// nothing else: no channels, no index, no encoding, no counters. perTx=64
+// is what 64 writers can put in one group at most.
+func BenchmarkBareBoltGroupCommit(b *testing.B) {
+	for _, perTx := range []int{64, 1024} {
+		b.Run(fmt.Sprintf("perTx=%d", perTx), func(b *testing.B) {
+			db, err := bolt.Open(filepath.Join(b.TempDir(), "bare.db"), 0o600, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			name := []byte("records")
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; {
+				n := min(perTx, b.N-done)
+				err := db.Update(func(tx *bolt.Tx) error {
+					bk, err := tx.CreateBucketIfNotExists(name)
+					if err != nil {
+						return err
+					}
+					bk.FillPercent = 1.0
+					for i := 0; i < n; i++ {
+						seq, _ := bk.NextSequence()
+						if err := bk.Put(seqKey(seq), benchPayload); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done += n
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
+}
+
 // BenchmarkAppendSerial measures one writer: one fsync per append.
 func BenchmarkAppendSerial(b *testing.B) {
 	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
@@ -60,7 +104,7 @@ func BenchmarkAppendSerial(b *testing.B) {
 // fillBacklog writes n records in large transactions through the
 // committer's own append path (one fsync per 50k records) and returns the
 // first and last seq.
-func fillBacklog(b *testing.B, o *Outbox, n int) (first, last uint64) {
+func fillBacklog(b testing.TB, o *Outbox, n int) (first, last uint64) {
 	b.Helper()
 	const perTx = 50_000
 	for done := 0; done < n; {
@@ -162,5 +206,57 @@ func BenchmarkOpenVerify(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkOpenAfterDrain measures the open that compacts a drained
+// outbox (boltfile's compaction at open): `pending` records were appended
+// and all but 1,000 removed. It reports the file's size before and after.
+func BenchmarkOpenAfterDrain(b *testing.B) {
+	for _, pending := range []int{200_000} {
+		b.Run(fmt.Sprintf("appended=%d", pending), func(b *testing.B) {
+			var before, after int64
+			var elapsed time.Duration
+			for i := 0; i < b.N; i++ {
+				path := filepath.Join(b.TempDir(), "out.db")
+				o := openT(b, path, Options{})
+				first, last := fillBacklog(b, o, pending)
+				seqs := make([]uint64, 0, 10_000)
+				for s := first; s <= last-1000; s++ {
+					if seqs = append(seqs, s); len(seqs) == cap(seqs) {
+						if err := o.Remove(seqs...); err != nil {
+							b.Fatal(err)
+						}
+						seqs = seqs[:0]
+					}
+				}
+				if err := o.Remove(seqs...); err != nil {
+					b.Fatal(err)
+				}
+				if err := o.Close(); err != nil {
+					b.Fatal(err)
+				}
+				st, _ := os.Stat(path)
+				before = st.Size()
+				t0 := time.Now()
+				o, err := Open(path, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(t0)
+				if st := o.Stats(); st.Pending != 1000 {
+					b.Fatalf("Pending = %d after compaction, want 1000", st.Pending)
+				}
+				if err := o.Close(); err != nil {
+					b.Fatal(err)
+				}
+				st, _ = os.Stat(path)
+				after = st.Size()
+			}
+			b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "open_ms")
+			b.ReportMetric(float64(before)/(1<<20), "MiB_before")
+			b.ReportMetric(float64(after)/(1<<20), "MiB_after")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }

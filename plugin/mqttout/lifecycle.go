@@ -98,7 +98,7 @@ func (o *output) Connect(ctx context.Context) error {
 	// while we are disconnected wait for us at the broker.
 	cfg.CleanSession = cfg.ClientID == ""
 	if cfg.ClientID == "" {
-		cfg.ClientID = "reliable-mqtt-" + envelope.NewEventID()[:16]
+		cfg.ClientID = "reliable-mqtt-" + envelope.NewRandomID()[:16]
 	}
 
 	o.acks = newAckInbox()

@@ -7,13 +7,14 @@
 #
 # Needs mosquitto (PATH, /usr/sbin or $MOSQUITTO_BIN). Prints raw `go test`
 # output first, then the ratios. Do not run it in a loop on a shared box.
+# BinaryAppends (the real binary, no broker) is left to appends.sh.
 set -eu
 cd "$(dirname "$0")/../.."
 N="${N:-100000}"
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 
-go test -run '^$' -bench . -benchtime="${N}x" -count=1 -timeout 20m ./tests/bench/ | tee "$out"
+go test -run '^$' -bench . -skip '^BenchmarkBinaryAppends$' -benchtime="${N}x" -count=1 -timeout 20m ./tests/bench/ | tee "$out"
 
 awk -v n="$N" '
 /^Benchmark/ {
