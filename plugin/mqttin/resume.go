@@ -47,7 +47,7 @@ func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 	if msg.Duplicate() {
 		r.counts.dup++
 	}
-	if _, ok := r.s.subs.match(msg.Topic()); !ok {
+	if _, ok := r.s.subs.Match(msg.Topic()); !ok {
 		r.counts.held++
 	}
 }
