@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Message is one received PUBLISH. paho.mqtt.golang's Message satisfies it.
+// Message is one received PUBLISH (mqttclient.Message satisfies it).
 type Message interface {
 	Topic() string
 	Qos() byte

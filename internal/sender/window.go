@@ -5,14 +5,12 @@ import (
 	"errors"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
-// Token is a publish in progress (paho.mqtt.golang's Token fits).
-type Token interface {
-	Done() <-chan struct{}
-	Error() error
-}
+// Token is a publish in progress.
+type Token = mqttclient.Token
 
 // tokenDone reports whether a publish token has completed, without waiting.
 func tokenDone(tok Token) bool {

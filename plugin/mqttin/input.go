@@ -41,7 +41,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
@@ -343,7 +342,7 @@ func (i *input) Connect(ctx context.Context) error {
 	if i.client == nil {
 		resumed := &resumeLog{s: &i.s, log: i.log}
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
-			OnMessage: func(conn *mqttclient.Conn, msg paho.Message) {
+			OnMessage: func(conn *mqttclient.Conn, msg mqttclient.Message) {
 				resumed.onMessage(conn, msg)
 				i.in.OnMessage(conn, msg)
 			},

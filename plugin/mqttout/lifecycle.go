@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
@@ -102,7 +101,7 @@ func (o *output) Connect(ctx context.Context) error {
 		handlers.OnConnect = func(ctx context.Context, conn *mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
-		handlers.OnMessage = func(_ *mqttclient.Conn, msg paho.Message) { o.onAck(msg) }
+		handlers.OnMessage = func(_ *mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
@@ -123,8 +122,8 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// onAck runs on paho's network reader: decode and hand over, never block.
-func (o *output) onAck(msg paho.Message) {
+// onAck runs on the network reader: decode and hand over, never block.
+func (o *output) onAck(msg mqttclient.Message) {
 	ack, err := envelope.DecodeAuthAck(msg.Payload())
 	if err != nil {
 		o.ignored.Ignore(sender.ReasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
