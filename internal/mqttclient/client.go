@@ -31,6 +31,26 @@ var ErrNotConnected = errors.New("mqtt: not connected")
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("mqtt: client closed")
 
+// Message is one received PUBLISH, as the components see it: they never
+// name the MQTT library. Ack sends its PUBACK (QoS 1) or PUBREC (QoS 2);
+// with Options.ManualAck nothing is acknowledged until it is called.
+type Message interface {
+	Topic() string
+	Qos() byte
+	MessageID() uint16
+	Duplicate() bool
+	Retained() bool
+	Payload() []byte
+	Ack()
+}
+
+// Token is a publish in progress: Done is closed at its completion (PUBACK
+// for QoS 1), then Error reports whether it failed.
+type Token interface {
+	Done() <-chan struct{}
+	Error() error
+}
+
 // Handlers are the hooks a component installs. All are optional.
 type Handlers struct {
 	// OnMessage receives every PUBLISH of the connection, in receive order.
@@ -38,7 +58,7 @@ type Handlers struct {
 	// are never dropped unacknowledged by paho. It runs on paho's network
 	// reader and must never block: a blocked reader misses PINGRESPs and
 	// the connection dies ("pingresp not received").
-	OnMessage func(conn *Conn, msg paho.Message)
+	OnMessage func(conn *Conn, msg Message)
 	// OnConnect runs after each CONNACK and before the connection counts as
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
 	// connection and a new attempt follows after the backoff.
@@ -132,7 +152,7 @@ func (c *Conn) Publish(ctx context.Context, topic string, qos byte, retained boo
 }
 
 // PublishAsync starts a publish and returns its token.
-func (c *Conn) PublishAsync(topic string, qos byte, retained bool, payload []byte) paho.Token {
+func (c *Conn) PublishAsync(topic string, qos byte, retained bool, payload []byte) Token {
 	return c.paho.Publish(topic, qos, retained, payload)
 }
 

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -121,7 +119,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 				OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
 					return conn.Subscribe(ctx, map[string]byte{"order": 1})
 				},
-				OnMessage: func(_ *mqttclient.Conn, m paho.Message) {
+				OnMessage: func(_ *mqttclient.Conn, m mqttclient.Message) {
 					got = append(got, string(m.Payload()))
 					if len(got) == 100 {
 						close(done)

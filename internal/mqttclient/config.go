@@ -17,7 +17,6 @@ import (
 // names of Benthos's own MQTT components where one exists.
 const (
 	FieldURLs           = "urls"
-	FieldClientID       = "client_id"
 	FieldUser           = "user"
 	FieldPassword       = "password"
 	FieldTLS            = "tls"

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -30,7 +28,7 @@ func TestTLSConnectsToMosquittoAndRefusesAnUntrustedServer(t *testing.T) {
 		OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{"tls/t": 1})
 		},
-		OnMessage: func(_ *mqttclient.Conn, msg paho.Message) {
+		OnMessage: func(_ *mqttclient.Conn, msg mqttclient.Message) {
 			select {
 			case got <- string(msg.Payload()):
 			default:

@@ -20,9 +20,8 @@ func TestQoS0CappedAtReceiveBufferDroppingOldest(t *testing.T) {
 		return ti.logs.Contains("Dropped") && ti.logs.Contains("receive_buffer_size (3)")
 	})
 	harness.Eventually(t, 5*time.Second, "all 10 received", func() bool {
-		ti.in.in.mu.Lock()
-		defer ti.in.in.mu.Unlock()
-		return len(ti.in.in.queue) == 3 && string(ti.in.in.queue[2].msg.Payload()) == "m9"
+		queue := ti.in.in.Queued()
+		return len(queue) == 3 && string(queue[2].Payload()) == "m9"
 	})
 	for _, want := range []string{"m7", "m8", "m9"} {
 		msg, _ := ti.read()
@@ -47,9 +46,7 @@ func TestSlowPipelineKeepsConnectionAlive(t *testing.T) {
 		t.Fatalf("the connection was lost while the pipeline was slow:\n%s", ti.logs.String())
 	}
 	queued := func() int {
-		ti.in.in.mu.Lock()
-		defer ti.in.in.mu.Unlock()
-		return len(ti.in.in.queue)
+		return len(ti.in.in.Queued())
 	}
 	// mosquitto's window in these tests: nothing is acked, so 100 are in flight.
 	harness.Eventually(t, 10*time.Second, "the broker's in-flight window of 100 waiting", func() bool { return queued() == 100 })
@@ -77,9 +74,7 @@ func TestRejectedQoS0RetriesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ti.in.in.mu.Lock()
-	retrying, counted := len(ti.in.in.retries), ti.in.in.qos0Retrying
-	ti.in.in.mu.Unlock()
+	retrying, counted := ti.in.in.Retrying()
 	if retrying != 3 || counted != 3 {
 		t.Fatalf("%d rejected QoS 0 messages wait for a retry (counted %d), want receive_buffer_size = 3", retrying, counted)
 	}

@@ -178,13 +178,13 @@ func TestAckPublishFailureLeavesSourceUnacked(t *testing.T) {
 	ti := openInput(t, inputYAML(proxy.URL(), "ackfail", topics, extra...))
 	publish(t, b.URL(), "in/x", mustIngress(t, "ev-1", "dest/x", `"v"`))
 
-	msg, ack := ti.read()
+	_, ack := ti.read()
 	firstConn := ti.in.client.Current()
 	proxy.Stall() // the ACK's PUBACK can no longer arrive
 	_ = ack(context.Background(), nil)
 
 	// The attempt failed: the input delivers the message again.
-	msg, ack = ti.read()
+	msg, ack := ti.read()
 	if meta(msg, metaEventID) != "ev-1" {
 		t.Fatalf("retry carries event_id %q", meta(msg, metaEventID))
 	}

@@ -2,6 +2,10 @@
 // persistent session that acknowledges each message to the broker only after
 // the pipeline is done with it.
 //
+// This package is the Benthos glue (spec, constructor, lifecycle, metrics,
+// envelope decoding, end-to-end ACKs); the ack order, packet-ID tracking,
+// startup-replay hold and retry queue live in internal/inbox.
+//
 // # Delivery hooks (for processor authors)
 //
 // Every attempt to deliver a message carries, in the message's context, a
@@ -37,12 +41,12 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
@@ -194,7 +198,7 @@ func init() {
 type settings struct {
 	client            mqttclient.Config
 	topics            []string
-	subs              subscriptions
+	subs              inbox.Subscriptions
 	qos               byte
 	receiveBufferSize int
 	replayTimeout     time.Duration
@@ -223,7 +227,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.topics, err = conf.FieldStringList(fieldTopics); err != nil {
 		return s, err
 	}
-	if s.subs, err = parseSubscriptions(s.topics); err != nil {
+	if s.subs, err = inbox.ParseSubscriptions(s.topics); err != nil {
 		return s, err
 	}
 	qos, err := conf.FieldInt(fieldQoS)
@@ -297,7 +301,7 @@ type input struct {
 	s   settings
 	log *service.Logger
 	m   *metrics
-	in  *inbox
+	in  *inbox.Inbox // routing, replay hold, retries and the broker acks
 
 	mu     sync.Mutex
 	client *mqttclient.Client
@@ -312,7 +316,18 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		return nil, err
 	}
 	m := newMetrics(mgr.Metrics())
-	return &input{s: s, log: mgr.Logger(), m: m, in: newInbox(s, m, mgr.Logger())}, nil
+	in := inbox.New(inbox.Config{
+		ClientID:          s.client.ClientID,
+		CleanSession:      s.client.CleanSession,
+		Topics:            s.topics,
+		Subs:              s.subs,
+		ReceiveBufferSize: s.receiveBufferSize,
+		ReplayTimeout:     s.replayTimeout,
+		ReplayBufferSize:  s.replayBufferSize,
+		RetryInitial:      s.retry.Initial,
+		RetryMax:          s.retry.Max,
+	}, &m.inbox, mgr.Logger())
+	return &input{s: s, log: mgr.Logger(), m: m, in: in}, nil
 }
 
 // Connect starts the client (once) and waits, bounded, for a connection
@@ -327,17 +342,17 @@ func (i *input) Connect(ctx context.Context) error {
 	if i.client == nil {
 		resumed := &resumeLog{s: &i.s, log: i.log}
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
-			OnMessage: func(conn *mqttclient.Conn, msg paho.Message) {
+			OnMessage: func(conn *mqttclient.Conn, msg mqttclient.Message) {
 				resumed.onMessage(conn, msg)
-				i.in.onMessage(conn, msg)
+				i.in.OnMessage(conn, msg)
 			},
-			OnPubrel: i.in.onPubrel,
+			OnPubrel: func(_ *mqttclient.Conn, id uint16) { i.in.OnPubrel(id) },
 			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
 				resumed.onConnect(conn)
 				if !conn.SessionPresent {
-					i.in.pubrecs.reset() // no session, no open exchanges
+					i.in.ResetSession() // no session, no open exchanges
 				}
-				return conn.Subscribe(ctx, i.s.subs.brokerFilters(i.s.qos))
+				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
 			},
 		}, mqttclient.Options{ManualAck: true, Logger: i.log})
 		if err != nil {
@@ -361,12 +376,12 @@ func (i *input) Connect(ctx context.Context) error {
 // passed, or the oldest received one.
 func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
 	for {
-		d, wake, nextDue, closed := i.in.next(time.Now())
+		d, wake, nextDue, closed := i.in.Next(time.Now())
 		if closed {
 			return nil, nil, service.ErrEndOfInput
 		}
 		if d != nil {
-			if d.qos() > 0 && !d.cs.conn.Alive() {
+			if d.Stale() {
 				continue // the broker redelivers it on the next connection
 			}
 			if i.dropMalformed(d) {
@@ -403,7 +418,7 @@ type decoded struct {
 	err       error // malformed envelope
 }
 
-func (i *input) decode(m paho.Message) *decoded {
+func (i *input) decode(m inbox.Message) *decoded {
 	payload := m.Payload()
 	switch i.s.envelope {
 	case envelopeIngress:
@@ -425,40 +440,40 @@ func (i *input) decode(m paho.Message) *decoded {
 
 // dropMalformed decodes d at its first Read and, with on_malformed: drop,
 // acknowledges and drops a malformed envelope; it reports whether it did.
-func (i *input) dropMalformed(d *delivery) bool {
-	if d.decoded == nil {
-		d.decoded = i.decode(d.msg)
-		if d.decoded.err != nil {
+func (i *input) dropMalformed(d *inbox.Delivery) bool {
+	dec, ok := d.Decoded.(*decoded)
+	if !ok {
+		dec = i.decode(d.Msg)
+		d.Decoded = dec
+		if dec.err != nil {
 			i.m.malformed.Incr(1)
 			what := "dropped and acknowledged (on_malformed: drop)"
 			if i.s.flagMalformed {
 				what = "delivered flagged with an error (on_malformed: flag)"
 			}
-			i.log.Warnf("%v; %s", d.decoded.err, what)
+			i.log.Warnf("%v; %s", dec.err, what)
 		}
 	}
-	if d.decoded.err == nil || i.s.flagMalformed {
+	if dec.err == nil || i.s.flagMalformed {
 		return false
 	}
-	if d.entry != nil {
-		d.cs.complete(d.entry, i.m)
-	}
+	d.Complete()
 	return true
 }
 
 // attempt builds one delivery attempt: a fresh message with a fresh hook
 // list in its context, and the AckFunc that settles it.
-func (i *input) attempt(d *delivery) (*service.Message, service.AckFunc) {
-	dec := d.decoded // set by dropMalformed
+func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
+	dec := d.Decoded.(*decoded) // set by dropMalformed
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
 	msg := service.NewMessage(append([]byte(nil), dec.body...))
-	msg.MetaSetMut(metaTopic, d.msg.Topic())
-	msg.MetaSetMut(metaQoS, strconv.Itoa(int(d.msg.Qos())))
-	msg.MetaSetMut(metaDuplicate, strconv.FormatBool(d.msg.Duplicate()))
-	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.msg.Retained()))
-	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.msg.MessageID())))
-	msg.MetaSetMut(metaSubscription, d.sub)
+	msg.MetaSetMut(metaTopic, d.Msg.Topic())
+	msg.MetaSetMut(metaQoS, strconv.Itoa(int(d.Msg.Qos())))
+	msg.MetaSetMut(metaDuplicate, strconv.FormatBool(d.Msg.Duplicate()))
+	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.Msg.Retained()))
+	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
+	msg.MetaSetMut(metaSubscription, d.Sub)
 	if dec.eventID != "" {
 		msg.MetaSetMut(metaEventID, dec.eventID)
 	}
@@ -501,43 +516,42 @@ func (i *input) beginAck() bool {
 // settle runs the hooks, then (on success) the end-to-end ACK, then the
 // broker acknowledgement, in that order; any failure leaves the message
 // unacknowledged and schedules another attempt.
-func (i *input) settle(ctx context.Context, d *delivery, hooks *commit.Hooks, result error) {
+func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hooks, result error) {
 	if err := hooks.Run(ctx, result); err != nil && result == nil {
 		result = fmt.Errorf("delivery hook failed: %w", err)
 	}
-	if result == nil && i.s.ackTopic != "" && d.decoded.eventID != "" {
+	if result == nil && i.s.ackTopic != "" && d.Decoded.(*decoded).eventID != "" {
 		result = i.publishAck(ctx, d)
 	}
 	if result != nil {
 		i.m.rejected.Incr(1)
-		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.msg.Topic(), d.msg.MessageID(), result)
-		i.in.retry(d)
+		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
+		i.in.Retry(d)
 		return
 	}
 	failpoint.Hit(failpoint.BeforeSourceAck)
-	if d.entry != nil {
-		d.cs.complete(d.entry, i.m)
-	}
+	d.Complete()
 }
 
 // publishAck publishes the end-to-end ACK on the connection the message
 // came from, so that it precedes the source's PUBACK on the wire. QoS 0
 // messages have no PUBACK to order; their ACK uses the current connection.
-func (i *input) publishAck(ctx context.Context, d *delivery) error {
+func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
+	eventID := d.Decoded.(*decoded).eventID
 	var payload []byte
 	var err error
 	if i.s.ackAuthKey != nil {
-		payload, err = envelope.EncodeAuthAck(d.decoded.eventID, i.s.ackAuthKey)
+		payload, err = envelope.EncodeAuthAck(eventID, i.s.ackAuthKey)
 	} else {
-		payload, err = envelope.EncodeAck(d.decoded.eventID)
+		payload, err = envelope.EncodeAck(eventID)
 	}
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
 	defer cancel()
-	conn := d.cs.conn
-	if d.qos() == 0 {
+	conn := d.Conn().(*mqttclient.Conn) // the inbox holds only what OnMessage gave it
+	if d.Msg.Qos() == 0 {
 		i.mu.Lock()
 		client := i.client
 		i.mu.Unlock()
@@ -550,7 +564,7 @@ func (i *input) publishAck(ctx context.Context, d *delivery) error {
 	}
 	if err := conn.Publish(ctx, i.s.ackTopic, 1, false, payload); err != nil {
 		i.m.ackPublishFails.Incr(1)
-		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", d.decoded.eventID, i.s.ackTopic, err)
+		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, i.s.ackTopic, err)
 	}
 	i.m.acksPublished.Incr(1)
 	return nil
@@ -568,7 +582,7 @@ func (i *input) Close(ctx context.Context) error {
 	i.client = nil
 	i.mu.Unlock()
 
-	i.in.close()
+	i.in.Close()
 	acked := make(chan struct{})
 	go func() { i.acking.Wait(); close(acked) }()
 	select {

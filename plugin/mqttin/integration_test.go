@@ -37,22 +37,17 @@ input:
       max_interval: 1s
 `
 
-// deliverySuite is Benthos's own delivery-guarantee suite. It is not gated
-// by integration.CheckSkip: it runs on every `go test`. The two tests that
-// restart the input can be left out (see TestDeliverySuiteEmbedded).
-func deliverySuite(withRestarts bool) integration.StreamTestList {
-	tests := integration.StreamTests(
+// deliverySuite is Benthos's own delivery-guarantee suite, including the
+// two tests that restart the input. It is not gated by
+// integration.CheckSkip: it runs on every `go test`.
+func deliverySuite() integration.StreamTestList {
+	return integration.StreamTests(
 		integration.StreamTestOpenClose(),
 		integration.StreamTestSendBatch(10),
 		integration.StreamTestStreamParallel(200),
+		integration.StreamTestAtLeastOnceDelivery(),
+		integration.StreamTestStreamParallelLossyThroughReconnect(100),
 	)
-	if withRestarts {
-		tests = append(tests,
-			integration.StreamTestAtLeastOnceDelivery(),
-			integration.StreamTestStreamParallelLossyThroughReconnect(100),
-		)
-	}
-	return tests
 }
 
 // presubscribe creates the input's persistent session before the suite
@@ -79,7 +74,7 @@ func suiteWatchdog(t *testing.T, limit time.Duration) {
 func TestDeliverySuiteMosquitto(t *testing.T) {
 	suiteWatchdog(t, 2*time.Minute)
 	b := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 100})
-	deliverySuite(true).Run(t, suiteTemplate,
+	deliverySuite().Run(t, suiteTemplate,
 		integration.StreamTestOptVarSet("URL", b.URL()),
 		integration.StreamTestOptTimeout(90*time.Second),
 		presubscribe(b.URL),
@@ -105,7 +100,7 @@ func TestDeliverySuiteEmbedded(t *testing.T) {
 	// embedded package now works around (internal/embedded/takeover.go and
 	// order.go): messages published while a persistent session was resumed
 	// were lost, and in-flight messages were resent in arbitrary order.
-	deliverySuite(true).Run(t, suiteTemplate,
+	deliverySuite().Run(t, suiteTemplate,
 		integration.StreamTestOptVarSet("URL", url),
 		integration.StreamTestOptTimeout(90*time.Second),
 		presubscribe(broker.ClientURL),

@@ -72,9 +72,7 @@ func TestReplayBeyondReceiveBufferStaysUnacked(t *testing.T) {
 
 	ti := openInput(t, inputYAML(b.URL(), "rbuf", topics, "receive_buffer_size: 2"))
 	harness.Eventually(t, 5*time.Second, "all 10 replayed messages reach the input", func() bool {
-		ti.in.in.mu.Lock()
-		defer ti.in.in.mu.Unlock()
-		return len(ti.in.in.queue) == 10
+		return len(ti.in.in.Queued()) == 10
 	})
 	ti.readAckInOrder("replayed messages in order", numbered("m", 3)...)
 	ti.closeOnBroker(b, "rbuf")

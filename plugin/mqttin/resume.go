@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -31,7 +30,7 @@ type resumeLog struct {
 // onMessage counts a message of the newest connection during its first
 // resumeWindow. It runs on paho's network reader before the inbox routes
 // the message; messages may arrive before onConnect runs.
-func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg paho.Message) {
+func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg mqttclient.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -47,7 +46,7 @@ func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 	if msg.Duplicate() {
 		r.counts.dup++
 	}
-	if _, ok := r.s.subs.match(msg.Topic()); !ok {
+	if _, ok := r.s.subs.Match(msg.Topic()); !ok {
 		r.counts.held++
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
@@ -17,6 +16,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -35,10 +35,10 @@ type output struct {
 	mu      sync.Mutex
 	ob      *outbox.Outbox // nil in direct mode
 	client  *mqttclient.Client
-	acks    *ackInbox
-	ignored *ignoredACKs
-	sender  *sender // outbox mode
-	direct  *direct // direct mode
+	acks    *sender.AckQueue
+	ignored *sender.IgnoredACKs
+	sender  *sender.Sender // outbox mode
+	direct  *sender.Direct // direct mode
 	stop    context.CancelFunc
 	closed  bool
 }
@@ -101,14 +101,14 @@ func (o *output) Connect(ctx context.Context) error {
 		cfg.ClientID = "reliable-mqtt-" + envelope.NewRandomID()[:16]
 	}
 
-	o.acks = newAckInbox()
-	o.ignored = newIgnoredACKs(o.m, o.log)
+	o.acks = sender.NewAckQueue()
+	o.ignored = sender.NewIgnoredACKs(o.m, o.log)
 	handlers := mqttclient.Handlers{}
 	if o.s.endToEnd {
 		handlers.OnConnect = func(ctx context.Context, conn *mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
-		handlers.OnMessage = func(_ *mqttclient.Conn, msg paho.Message) { o.onAck(msg) }
+		handlers.OnMessage = func(_ *mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
@@ -119,30 +119,30 @@ func (o *output) Connect(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	o.stop = cancel
 	if o.ob != nil {
-		o.sender = newSender(o.s, o.ob, client, o.acks, o.ignored, o.m, o.log)
-		go o.sender.run(runCtx)
+		o.sender = sender.New(o.s.senderConfig(), o.ob, client, o.acks, o.ignored, o.m, o.log)
+		go o.sender.Run(runCtx)
 		go o.m.watchOutbox(runCtx, o.ob, o.log, o.s.statsInterval)
 	} else {
-		o.direct = newDirect(o.s, client, o.acks, o.ignored, o.m)
-		go o.direct.run(runCtx)
+		o.direct = sender.NewDirect(o.s.senderConfig(), client, o.acks, o.ignored, o.m)
+		go o.direct.Run(runCtx)
 	}
 	return nil
 }
 
-// onAck runs on paho's network reader: decode and hand over, never block.
-func (o *output) onAck(msg paho.Message) {
+// onAck runs on the network reader: decode and hand over, never block.
+func (o *output) onAck(msg mqttclient.Message) {
 	ack, err := envelope.DecodeAuthAck(msg.Payload())
 	if err != nil {
-		o.ignored.ignore(reasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
+		o.ignored.Ignore(sender.ReasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
 		return
 	}
 	id := ack.EventID
 	if o.s.ackAuthKeys != nil && !envelope.VerifyAck(ack, o.s.ackAuthKeys) {
-		o.ignored.ignore(reasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
+		o.ignored.Ignore(sender.ReasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
 		return
 	}
-	if !o.acks.push(id) {
-		o.ignored.ignore(reasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
+	if !o.acks.Push(id) {
+		o.ignored.Ignore(sender.ReasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
 	}
 }
 
@@ -166,7 +166,7 @@ func (o *output) Write(ctx context.Context, msg *service.Message) error {
 		return err
 	}
 	if d != nil {
-		return d.send(ctx, rec)
+		return d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain})
 	}
 	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload}
 	for _, run := range commit.ParticipantsFor(msg.Context(), ob.Path()) {
@@ -204,12 +204,12 @@ func (o *output) Close(ctx context.Context) error {
 	}
 	var errs []error
 	if o.sender != nil {
-		if err := o.sender.wait(ctx); err != nil {
+		if err := o.sender.Wait(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if o.direct != nil {
-		o.direct.wait(ctx)
+		o.direct.Wait(ctx)
 	}
 	if o.client != nil {
 		if err := o.client.Close(ctx); err != nil {

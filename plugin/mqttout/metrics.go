@@ -41,12 +41,22 @@ func newMetrics(m *service.Metrics) *metrics {
 	}
 }
 
-func (m *metrics) onPublished() { m.published.Incr(1); m.nPublished.Add(1) }
-func (m *metrics) onRetried()   { m.retried.Incr(1) }
-func (m *metrics) onConfirmed(latency time.Duration) {
+// The sender.Metrics methods: what the sender reports.
+
+func (m *metrics) OnPublished() { m.published.Incr(1); m.nPublished.Add(1) }
+func (m *metrics) OnRetried()   { m.retried.Incr(1) }
+func (m *metrics) OnConfirmed(latency time.Duration) {
 	m.confirmed.Incr(1)
 	m.nConfirmed.Add(1)
 	m.latency.Timing(latency.Nanoseconds())
+}
+func (m *metrics) OnIgnoredACK(reason string) { m.ignored.Incr(1, reason) }
+func (m *metrics) SetConnected(up bool) {
+	if up {
+		m.connected.Set(1)
+	} else {
+		m.connected.Set(0)
+	}
 }
 
 // watchOutbox refreshes the outbox gauges once a second and, when every > 0,

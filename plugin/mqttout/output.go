@@ -1,6 +1,11 @@
 // Package mqttout is the reliable_mqtt_out output: a durable bbolt outbox in
 // front of a QoS 1 publisher that keeps every message until it is confirmed,
 // by the broker's PUBACK or end to end by an application ACK.
+//
+// This package is the Benthos glue (spec, constructor, lifecycle, metrics,
+// record encoding); publishing, the window of records in flight, ACK
+// matching and direct mode live in internal/sender, the outbox file in
+// internal/outbox.
 package mqttout
 
 import (
@@ -16,6 +21,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 )
 
 const (
@@ -194,6 +200,19 @@ type settings struct {
 	retry           mqttclient.Backoff
 	maxPayloadBytes int
 	statsInterval   time.Duration
+}
+
+// senderConfig is what the sender needs of s.
+func (s *settings) senderConfig() sender.Config {
+	return sender.Config{
+		Window:         s.window,
+		PublishTimeout: s.publishTimeout,
+		EndToEnd:       s.endToEnd,
+		AckTopic:       s.ackTopic,
+		AckTimeout:     s.ackTimeout,
+		Retained:       s.retainedConst,
+		Retry:          s.retry,
+	}
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {

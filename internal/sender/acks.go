@@ -1,29 +1,28 @@
-package mqttout
+package sender
 
 import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 // maxQueuedAcks bounds the ACKs decoded but not yet matched by the sender.
 const maxQueuedAcks = 1 << 16
 
-// ackInbox hands event IDs from paho's network reader, which must never
+// AckQueue hands event IDs from the network reader, which must never
 // block, to the goroutine that matches them against records in flight.
-type ackInbox struct {
+type AckQueue struct {
 	mu     sync.Mutex
 	ids    []string
 	signal chan struct{} // capacity 1: "there is something to drain"
 }
 
-func newAckInbox() *ackInbox { return &ackInbox{signal: make(chan struct{}, 1)} }
+// NewAckQueue returns an empty queue.
+func NewAckQueue() *AckQueue { return &AckQueue{signal: make(chan struct{}, 1)} }
 
-// push queues id; false when the inbox is full and id was dropped (the
+// Push queues id; false when the queue is full and id was dropped (the
 // record then times out and is resent, which produces a fresh ACK).
-func (a *ackInbox) push(id string) bool {
+func (a *AckQueue) Push(id string) bool {
 	a.mu.Lock()
 	if len(a.ids) >= maxQueuedAcks {
 		a.mu.Unlock()
@@ -39,7 +38,7 @@ func (a *ackInbox) push(id string) bool {
 }
 
 // drain takes every queued ID.
-func (a *ackInbox) drain() []string {
+func (a *AckQueue) drain() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ids := a.ids
@@ -49,23 +48,23 @@ func (a *ackInbox) drain() []string {
 
 // Reasons an ACK is ignored, the label of the acks_ignored counter.
 const (
-	reasonMalformed = "malformed" // not a valid reliomq v1 ACK
+	ReasonMalformed = "malformed" // not a valid reliomq v1 ACK
 	reasonUnknown   = "unknown"   // no published, unconfirmed record has this ID
 	reasonDuplicate = "duplicate" // the record was confirmed already
-	reasonOverflow  = "overflow"  // too many ACKs queued for the sender
+	ReasonOverflow  = "overflow"  // too many ACKs queued for the sender
 
-	reasonUnauthenticated = "unauthenticated" // ack_auth_key set, auth missing or wrong
+	ReasonUnauthenticated = "unauthenticated" // ack_auth_key set, auth missing or wrong
 )
 
-// ignoredACKs accounts for ACKs that confirm nothing. Every one is counted;
+// IgnoredACKs accounts for ACKs that confirm nothing. Every one is counted;
 // a warning is logged at most once per reason and interval, because
 // publishers that share an ACK topic see each other's ACKs and must not
 // flood the log. It also remembers recent confirmations, to tell a
 // duplicate ACK from an unknown one. Safe for concurrent use: the paho
 // reader reports malformed ACKs while the sender reports unmatched ones.
-type ignoredACKs struct {
-	m     *metrics
-	log   *service.Logger
+type IgnoredACKs struct {
+	m     Metrics
+	log   Logger
 	every time.Duration
 
 	mu     sync.Mutex
@@ -74,35 +73,36 @@ type ignoredACKs struct {
 	quiet  map[string]int // ignored since the last line, per reason
 }
 
-func newIgnoredACKs(m *metrics, log *service.Logger) *ignoredACKs {
-	return &ignoredACKs{
+// NewIgnoredACKs returns an account that counts through m and warns on log.
+func NewIgnoredACKs(m Metrics, log Logger) *IgnoredACKs {
+	return &IgnoredACKs{
 		m: m, log: log, every: 10 * time.Second,
 		recent: newRecentIDs(4096), last: map[string]time.Time{}, quiet: map[string]int{},
 	}
 }
 
 // confirmed records that the record with event ID id was confirmed.
-func (a *ignoredACKs) confirmed(id string) {
+func (a *IgnoredACKs) confirmed(id string) {
 	a.mu.Lock()
 	a.recent.add(id)
 	a.mu.Unlock()
 }
 
 // unmatched ignores an ACK for id that matches no record in flight.
-func (a *ignoredACKs) unmatched(id string) {
+func (a *IgnoredACKs) unmatched(id string) {
 	a.mu.Lock()
 	reason := reasonUnknown
 	if a.recent.has(id) {
 		reason = reasonDuplicate
 	}
 	a.mu.Unlock()
-	a.ignore(reason, "for event "+id+": no published, unconfirmed record has this ID")
+	a.Ignore(reason, "for event "+id+": no published, unconfirmed record has this ID")
 }
 
-// ignore counts an ignored ACK and logs it unless a line for reason was
+// Ignore counts an ignored ACK and logs it unless a line for reason was
 // written within the interval.
-func (a *ignoredACKs) ignore(reason, what string) {
-	a.m.ignored.Incr(1, reason)
+func (a *IgnoredACKs) Ignore(reason, what string) {
+	a.m.OnIgnoredACK(reason)
 	a.mu.Lock()
 	now := time.Now()
 	if t, ok := a.last[reason]; ok && now.Sub(t) < a.every {

@@ -1,53 +1,82 @@
-package mqttout
+// Package sender is the engine of reliable_mqtt_out behind the outbox and
+// in direct mode: it publishes records, matches their confirmations (PUBACK,
+// or an end-to-end ACK with the record's event ID) and, with an outbox,
+// removes what is confirmed and resends the rest from the oldest. It knows
+// nothing of Benthos: the plugin hands it a Config, a Logger and Metrics.
+package sender
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
-// sender publishes the outbox oldest first and removes what is confirmed.
+// Config is what the sender needs of the output's configuration.
+type Config struct {
+	Window         int           // records in flight at most (outbox mode)
+	PublishTimeout time.Duration // wait for a PUBACK (and, direct mode, for a connection)
+	EndToEnd       bool          // confirmation is an ACK on AckTopic, not the PUBACK
+	AckTopic       string
+	AckTimeout     time.Duration // wait for an end-to-end ACK
+	Retained       bool          // the retain flag of outbox records
+	Retry          mqttclient.Backoff
+}
+
+// Logger is what the sender logs through (Benthos's *service.Logger fits).
+type Logger interface {
+	Warnf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+// Metrics is what the sender reports.
+type Metrics interface {
+	OnPublished()
+	OnConfirmed(latency time.Duration)
+	OnRetried()
+	SetConnected(bool)
+	// OnIgnoredACK counts an ACK that confirmed nothing, by reason.
+	OnIgnoredACK(reason string)
+}
+
+// Sender publishes the outbox oldest first and removes what is confirmed.
 //
 // Invariants, enforced here:
 //   - a record is removed only after its confirmation (PUBACK for broker,
 //     an ACK with its event ID for end_to_end); no failure removes anything;
-//   - records are published in FIFO order, at most window unconfirmed at a
+//   - records are published in FIFO order, at most Window unconfirmed at a
 //     time, and only on a ready connection (ACK subscription confirmed);
 //   - after any failure (timeout, publish error, lost connection) the next
-//     session starts again from the oldest unconfirmed record, so a newer
-//     record never overtakes an older one on retry.
-type sender struct {
-	s       settings
+//     session starts again from the oldest unconfirmed record (a new
+//     window), so a newer record never overtakes an older one on retry.
+type Sender struct {
+	s       Config
 	ob      *outbox.Outbox
 	client  *mqttclient.Client
-	acks    *ackInbox
-	m       *metrics
-	log     *service.Logger
-	ignored *ignoredACKs
+	acks    *AckQueue
+	m       Metrics
+	log     Logger
+	ignored *IgnoredACKs
 	removal *remover
 	done    chan struct{}
 }
 
-func newSender(s settings, ob *outbox.Outbox, client *mqttclient.Client, acks *ackInbox, ignored *ignoredACKs, m *metrics, log *service.Logger) *sender {
-	return &sender{
+// New returns a sender of ob over client; Run starts it.
+func New(s Config, ob *outbox.Outbox, client *mqttclient.Client, acks *AckQueue, ignored *IgnoredACKs, m Metrics, log Logger) *Sender {
+	return &Sender{
 		s: s, ob: ob, client: client, acks: acks, ignored: ignored, m: m, log: log,
 		removal: newRemover(ob, log),
 		done:    make(chan struct{}),
 	}
 }
 
-// wait blocks until run has returned and the last removals are written.
-func (sd *sender) wait(ctx context.Context) error {
+// Wait blocks until Run has returned and the last removals are written.
+func (sd *Sender) Wait(ctx context.Context) error {
 	select {
 	case <-sd.done:
 		return nil
@@ -56,28 +85,29 @@ func (sd *sender) wait(ctx context.Context) error {
 	}
 }
 
-func (sd *sender) run(ctx context.Context) {
+// Run sends until ctx ends.
+func (sd *Sender) Run(ctx context.Context) {
 	defer close(sd.done)
 	removerDone := make(chan struct{})
 	go func() { sd.removal.run(ctx); close(removerDone) }()
 	defer func() { <-removerDone }()
 
-	delay := sd.s.retry.Initial
+	delay := sd.s.Retry.Initial
 	for {
-		sd.m.connected.Set(0)
+		sd.m.SetConnected(false)
 		conn, err := sd.client.WaitReady(ctx)
 		if err != nil {
 			return
 		}
-		sd.m.connected.Set(1)
+		sd.m.SetConnected(true)
 		progress, err := sd.session(ctx, conn)
 		if ctx.Err() != nil {
 			return
 		}
 		if progress {
-			delay = sd.s.retry.Initial
+			delay = sd.s.Retry.Initial
 		}
-		sd.m.onRetried()
+		sd.m.OnRetried()
 		if errors.Is(err, boltfile.ErrDamaged) {
 			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
 		} else {
@@ -88,81 +118,43 @@ func (sd *sender) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = sd.s.retry.Next(delay)
-	}
-}
-
-// flight is a published record awaiting its confirmation.
-type flight struct {
-	rec      outbox.Record
-	tok      paho.Token
-	sentAt   time.Time
-	deadline time.Time
-	elem     *list.Element
-}
-
-// tokenDone reports whether a publish token has completed, without waiting.
-func tokenDone(tok paho.Token) bool {
-	select {
-	case <-tok.Done():
-		return true
-	default:
-		return false
+		delay = sd.s.Retry.Next(delay)
 	}
 }
 
 // session sends on one connection until it fails or ctx ends. progress
 // reports whether anything was confirmed.
-func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress bool, err error) {
-	wait := sd.s.publishTimeout
+func (sd *Sender) session(ctx context.Context, conn *mqttclient.Conn) (progress bool, err error) {
+	wait := sd.s.PublishTimeout
 	what := "PUBACK"
-	if sd.s.endToEnd {
-		wait, what = sd.s.ackTimeout, "ACK on "+sd.s.ackTopic
+	if sd.s.EndToEnd {
+		wait, what = sd.s.AckTimeout, "ACK on "+sd.s.AckTopic
 	}
-	inflight := list.New() // oldest first; deadlines grow front to back
-	byID := map[string]*flight{}
+	w := newWindow(sd.s.Window, wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
 	confirm := func(f *flight) {
-		inflight.Remove(f.elem)
-		delete(byID, f.rec.EventID)
+		w.remove(f)
 		sd.ignored.confirmed(f.rec.EventID)
 		sd.removal.add(f.rec.Seq)
-		sd.m.onConfirmed(time.Since(f.sentAt))
+		sd.m.OnConfirmed(time.Since(f.sentAt))
 		progress = true
 	}
+	publish := func(r outbox.Record) Token {
+		tok := conn.PublishAsync(r.Topic, 1, sd.s.Retained, r.Payload)
+		sd.m.OnPublished()
+		return tok
+	}
+	onCorrupt := func(err *outbox.CorruptRecordError) {
+		// Leave it in place for an operator; skipping it is the only way
+		// the records behind it get delivered.
+		sd.log.Errorf("Skipping unreadable record (it stays in the outbox): %v", err)
+	}
 
-	var cursor uint64 // Seq of the last record read; 0 = from the oldest
 	for {
-		for inflight.Len() < sd.s.window {
-			recs, err := sd.ob.Read(cursor, sd.s.window-inflight.Len())
-			var corrupt *outbox.CorruptRecordError
-			if err != nil && !errors.As(err, &corrupt) {
-				return progress, fmt.Errorf("reading outbox: %w", err)
-			}
-			for _, r := range recs { // with a corrupt record: those before it
-				cursor = r.Seq
-				if sd.removal.confirmed(r.Seq) {
-					continue
-				}
-				now := time.Now()
-				f := &flight{rec: r, sentAt: now, deadline: now.Add(wait)}
-				f.elem = inflight.PushBack(f)
-				byID[r.EventID] = f
-				f.tok = conn.PublishAsync(r.Topic, 1, sd.s.retainedConst, r.Payload)
-				sd.m.onPublished()
-			}
-			if corrupt != nil {
-				// Leave it in place for an operator; skipping it is the
-				// only way the records behind it get delivered.
-				sd.log.Errorf("Skipping unreadable record (it stays in the outbox): %v", err)
-				cursor = corrupt.Seq
-				continue
-			}
-			if len(recs) == 0 {
-				break
-			}
+		if err := w.refill(sd.ob, sd.removal.confirmed, publish, onCorrupt); err != nil {
+			return progress, fmt.Errorf("reading outbox: %w", err)
 		}
 
 		// The broker PUBACKs one client's publishes in order, so waiting on
@@ -171,11 +163,10 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 		// in either mode, so end_to_end need not watch tokens at all.
 		var timeout <-chan time.Time
 		var oldestPuback <-chan struct{}
-		if front := inflight.Front(); front != nil {
-			f := front.Value.(*flight)
+		if f := w.oldest(); f != nil {
 			timer.Reset(time.Until(f.deadline))
 			timeout = timer.C
-			if !sd.s.endToEnd {
+			if !sd.s.EndToEnd {
 				oldestPuback = f.tok.Done()
 			}
 		}
@@ -185,8 +176,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 		case <-conn.Lost():
 			return progress, errors.New("connection lost")
 		case <-oldestPuback:
-			for e := inflight.Front(); e != nil && tokenDone(e.Value.(*flight).tok); e = inflight.Front() {
-				f := e.Value.(*flight)
+			for f := w.oldest(); f != nil && tokenDone(f.tok); f = w.oldest() {
 				if err := f.tok.Error(); err != nil {
 					return progress, fmt.Errorf("publishing event %s to %q failed: %w", f.rec.EventID, f.rec.Topic, err)
 				}
@@ -194,7 +184,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 			}
 		case <-sd.acks.signal:
 			for _, id := range sd.acks.drain() {
-				if f := byID[id]; f != nil {
+				if f := w.lookup(id); f != nil {
 					confirm(f)
 				} else {
 					sd.ignored.unmatched(id)
@@ -202,7 +192,7 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 			}
 		case <-sd.ob.Appended():
 		case <-timeout:
-			f := inflight.Front().Value.(*flight)
+			f := w.oldest()
 			return progress, fmt.Errorf("no %s for event %s within %s", what, f.rec.EventID, wait)
 		}
 	}
@@ -212,14 +202,14 @@ func (sd *sender) session(ctx context.Context, conn *mqttclient.Conn) (progress 
 // for everything confirmed since the last one.
 type remover struct {
 	ob  *outbox.Outbox
-	log *service.Logger
+	log Logger
 
 	mu      sync.Mutex
 	pending map[uint64]struct{} // confirmed, not yet removed: never resend
 	signal  chan struct{}
 }
 
-func newRemover(ob *outbox.Outbox, log *service.Logger) *remover {
+func newRemover(ob *outbox.Outbox, log Logger) *remover {
 	return &remover{ob: ob, log: log, pending: map[uint64]struct{}{}, signal: make(chan struct{}, 1)}
 }
 

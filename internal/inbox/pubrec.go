@@ -1,4 +1,4 @@
-package mqttin
+package inbox
 
 import "sync"
 

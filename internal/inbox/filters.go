@@ -1,4 +1,4 @@
-package mqttin
+package inbox
 
 import (
 	"errors"
@@ -17,24 +17,24 @@ const (
 	classHash         // '#' (possibly with '+')
 )
 
-// subscription is one configured entry of `topics`.
-type subscription struct {
-	raw    string   // as configured, e.g. "$share/g/a/+"; what the broker gets and mqtt_subscription reports
+// Subscription is one configured entry of `topics`.
+type Subscription struct {
+	Raw    string   // as configured, e.g. "$share/g/a/+"; what the broker gets and mqtt_subscription reports
 	levels []string // the filter part split on '/', e.g. ["a", "+"]
 	class  int
 	order  int // position in `topics`
 }
 
-// subscriptions are the configured filters, checked once at config time.
-type subscriptions []subscription
+// Subscriptions are the configured filters, checked once at config time.
+type Subscriptions []Subscription
 
-// parseSubscriptions validates every filter of `topics`.
-func parseSubscriptions(topics []string) (subscriptions, error) {
+// ParseSubscriptions validates every filter of `topics`.
+func ParseSubscriptions(topics []string) (Subscriptions, error) {
 	if len(topics) == 0 {
 		return nil, errors.New("topics: at least one topic filter is required")
 	}
 	seen := make(map[string]bool, len(topics))
-	subs := make(subscriptions, 0, len(topics))
+	subs := make(Subscriptions, 0, len(topics))
 	for i, raw := range topics {
 		if seen[raw] {
 			return nil, fmt.Errorf("topics: filter %q is listed twice; list each filter once", raw)
@@ -47,7 +47,7 @@ func parseSubscriptions(topics []string) (subscriptions, error) {
 		if err := checkFilter(filter); err != nil {
 			return nil, fmt.Errorf("topics: filter %q: %w", raw, err)
 		}
-		s := subscription{raw: raw, levels: strings.Split(filter, "/"), order: i}
+		s := Subscription{Raw: raw, levels: strings.Split(filter, "/"), order: i}
 		switch {
 		case strings.Contains(filter, "#"):
 			s.class = classHash
@@ -103,11 +103,11 @@ func checkFilter(f string) error {
 	return nil
 }
 
-// match returns the configured filter that routes topic: the most specific
+// Match returns the configured filter that routes topic: the most specific
 // class wins (exact, then '+', then '#'), then declaration order. ok is
 // false when no filter matches (a message left over from an old
 // subscription of a persistent session).
-func (subs subscriptions) match(topic string) (sub subscription, ok bool) {
+func (subs Subscriptions) Match(topic string) (sub Subscription, ok bool) {
 	levels := strings.Split(topic, "/")
 	for _, s := range subs {
 		if !matchLevels(s.levels, levels) {
@@ -140,11 +140,11 @@ func matchLevels(filter, topic []string) bool {
 	return len(filter) == len(topic)
 }
 
-// brokerFilters is what the input subscribes to.
-func (subs subscriptions) brokerFilters(qos byte) map[string]byte {
+// BrokerFilters is what the input subscribes to.
+func (subs Subscriptions) BrokerFilters(qos byte) map[string]byte {
 	m := make(map[string]byte, len(subs))
 	for _, s := range subs {
-		m[s.raw] = qos
+		m[s.Raw] = qos
 	}
 	return m
 }

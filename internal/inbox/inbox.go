@@ -1,43 +1,127 @@
-package mqttin
+// Package inbox is the engine of reliable_mqtt_in between the MQTT
+// client's network reader and the pipeline: it routes each received PUBLISH
+// to a configured filter, suppresses retransmissions of packets still in
+// flight (and of QoS 2 packets PUBREC'd and awaiting their PUBREL), holds
+// unmatched messages of a resumed session during startup replay, queues and
+// retries deliveries, and sends PUBACK/PUBREC strictly in receive order. It
+// knows neither Benthos nor paho: the plugin hands it connections and
+// messages through the small Conn and Message interfaces.
+package inbox
 
 import (
 	"fmt"
 	"sync"
 	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/redpanda-data/benthos/v4/public/service"
-
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
-// delivery is one received PUBLISH on its way through the pipeline. A
-// rejected delivery goes round again (a new attempt) until it succeeds or
-// its connection is lost.
-type delivery struct {
+// Message is one received PUBLISH (mqttclient.Message satisfies it).
+type Message interface {
+	Topic() string
+	Qos() byte
+	MessageID() uint16
+	Duplicate() bool
+	Retained() bool
+	Payload() []byte
+	// Ack sends the message's PUBACK (QoS 1) or PUBREC (QoS 2).
+	Ack()
+}
+
+// Conn is one network connection of the client. Distinct connections are
+// distinct values (a pointer), so a Conn can key a map.
+type Conn interface {
+	// Alive reports whether the connection has not been lost.
+	Alive() bool
+	// Lost is closed when the connection is gone.
+	Lost() <-chan struct{}
+	// Drop closes the connection on purpose without blocking.
+	Drop(reason error)
+}
+
+// Logger is what the inbox logs through (Benthos's *service.Logger fits).
+type Logger interface {
+	Debugf(format string, args ...any)
+	Warnf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+// Counter and Gauge are metrics (Benthos's *service.MetricCounter and
+// *service.MetricGauge fit).
+type (
+	Counter interface {
+		Incr(n int64, labelValues ...string)
+	}
+	Gauge interface {
+		Set(v int64, labelValues ...string)
+	}
+)
+
+// Metrics the inbox keeps. Counters count messages.
+type Metrics struct {
+	Received        Counter // PUBLISHes received (retransmissions suppressed excluded)
+	Acked           Counter // PUBACK/PUBREC sent
+	Retried         Counter // rejected deliveries scheduled for another attempt
+	Duplicates      Counter // retransmissions of a packet still being processed, not delivered again
+	Unmatched       Counter // matched no topic after replay: acknowledged and dropped
+	HeldTotal       Counter // unmatched messages held during startup replay
+	DroppedUnacked  Counter // held messages dropped locally without ack at the replay timeout
+	ReplayOverflows Counter // connections closed fail-closed by ReplayBufferSize
+	QoS0Dropped     Counter // QoS 0 messages dropped beyond ReceiveBufferSize
+	Held            Gauge   // messages held now
+	Buffered        Gauge   // messages waiting for Next, up to ReceiveBufferSize
+	Backlog         Gauge   // unacknowledged messages beyond ReceiveBufferSize
+}
+
+// Config is what the inbox needs of the input's configuration.
+type Config struct {
+	ClientID          string // for error messages
+	CleanSession      bool   // no startup replay: unmatched messages are routed ordinarily at once
+	Topics            []string
+	Subs              Subscriptions
+	ReceiveBufferSize int           // at least 1
+	ReplayTimeout     time.Duration // positive
+	ReplayBufferSize  int           // 0 = unbounded
+	// RetryInitial and RetryMax bound the backoff of a rejected delivery: it
+	// starts at RetryInitial and doubles per attempt up to RetryMax.
+	RetryInitial, RetryMax time.Duration
+}
+
+// Delivery is one received PUBLISH on its way through the pipeline. A
+// rejected delivery goes round again (a new attempt, see Retry) until it
+// succeeds (Complete) or its connection is lost.
+type Delivery struct {
+	Msg Message
+	Sub string // the configured filter that matched
+	// Decoded is the caller's own reading of Msg (e.g. a decoded envelope),
+	// kept across attempts; the inbox never looks at it.
+	Decoded any
+
 	cs       *connState
-	msg      paho.Message
-	sub      string    // the configured filter that matched
 	entry    *ackEntry // its place in the connection's ack order; nil for QoS 0
 	attempts int       // failed attempts so far
 	due      time.Time // when a rejected delivery may be read again
-
-	decoded *decoded // the envelope, decoded at the first Read
 }
 
-func (d *delivery) qos() byte { return d.msg.Qos() }
+func (d *Delivery) qos() byte { return d.Msg.Qos() }
+
+// Conn is the connection the message arrived on.
+func (d *Delivery) Conn() Conn { return d.cs.conn }
+
+// Stale reports whether the broker redelivers d on a later connection
+// anyway: a QoS 1/2 message whose connection is lost must not be processed.
+func (d *Delivery) Stale() bool { return d.qos() > 0 && !d.cs.conn.Alive() }
 
 // ackEntry is one QoS 1/2 message in a connection's ack order.
 type ackEntry struct {
-	msg  paho.Message
+	msg  Message
 	done bool // the pipeline (or ordinary routing) is finished with it
 }
 
-// connState is what the input knows about one connection (one
-// mqttclient.Conn): its ack order and its startup replay.
+// connState is what the inbox knows about one connection: its ack order
+// and its startup replay.
 type connState struct {
-	conn    *mqttclient.Conn
+	conn    Conn
 	pubrecs *pubrecs // the session's open QoS 2 exchanges
+	m       *Metrics
 
 	// mu guards the ack order.
 	//
@@ -55,8 +139,8 @@ type connState struct {
 	// retransmission and must not be delivered a second time.
 	inflight map[uint16]struct{}
 
-	// Guarded by inbox.mu.
-	held       []*delivery // unmatched messages kept unacknowledged during startup replay
+	// Guarded by Inbox.mu.
+	held       []*Delivery // unmatched messages kept unacknowledged during startup replay
 	replayOver bool        // the replay timeout passed (or replay never applies): ordinary routing
 	timer      *time.Timer
 	gone       bool // lost or closed fail-closed: every later message is ignored, its state is discarded
@@ -64,7 +148,7 @@ type connState struct {
 
 // complete marks e done and sends every ack that is now due, in order.
 // It is safe to call from any goroutine, including paho's network reader.
-func (cs *connState) complete(e *ackEntry, m *metrics) {
+func (cs *connState) complete(e *ackEntry, m *Metrics) {
 	cs.mu.Lock()
 	e.done = true
 	if cs.sending {
@@ -95,7 +179,7 @@ func (cs *connState) complete(e *ackEntry, m *metrics) {
 					cs.pubrecs.sent(d.msg.MessageID())
 				}
 			}
-			m.acked.Incr(int64(len(due)))
+			m.Acked.Incr(int64(len(due)))
 		}
 		cs.mu.Lock()
 		for _, d := range due {
@@ -104,25 +188,26 @@ func (cs *connState) complete(e *ackEntry, m *metrics) {
 	}
 }
 
-// inbox sits between paho's network reader and Read. OnMessage must never
-// block, so everything it does is a few slice operations under mu.
+// Inbox sits between the client's network reader and the pipeline's Read.
+// OnMessage must never block, so everything it does is a few slice
+// operations under mu.
 //
 // Memory is bounded: QoS 0 messages are capped at receiveBufferSize (the
 // oldest is dropped beyond it); QoS 1/2 messages are never acknowledged
 // before the pipeline is done with them, so the broker's in-flight window
 // bounds how many can be here; held unmatched messages are capped by
-// session_replay_buffer_size.
-type inbox struct {
-	s   settings
-	m   *metrics
-	log *service.Logger
+// ReplayBufferSize.
+type Inbox struct {
+	s   Config
+	m   *Metrics
+	log Logger
 
 	mu           sync.Mutex
-	queue        []*delivery // deliverable, oldest first
+	queue        []*Delivery // deliverable, oldest first
 	qos0         int         // QoS 0 messages in queue
 	qos0Retrying int         // QoS 0 messages in retries
-	retries      []*delivery // rejected, waiting for their due time
-	conns        map[*mqttclient.Conn]*connState
+	retries      []*Delivery // rejected, waiting for their due time
+	conns        map[Conn]*connState
 	pubrecs      *pubrecs
 	wake         chan struct{} // closed and replaced when Read may have work
 	closed       bool
@@ -131,24 +216,25 @@ type inbox struct {
 	qos0WarnedAt time.Time
 }
 
-func newInbox(s settings, m *metrics, log *service.Logger) *inbox {
-	return &inbox{s: s, m: m, log: log, conns: map[*mqttclient.Conn]*connState{}, pubrecs: newPubrecs(), wake: make(chan struct{})}
+// New returns an empty inbox. Every field of m must be set.
+func New(s Config, m *Metrics, log Logger) *Inbox {
+	return &Inbox{s: s, m: m, log: log, conns: map[Conn]*connState{}, pubrecs: newPubrecs(), wake: make(chan struct{})}
 }
 
 // signal wakes Read. Caller holds mu.
-func (in *inbox) signal() {
+func (in *Inbox) signal() {
 	close(in.wake)
 	in.wake = make(chan struct{})
 }
 
 // stateFor returns the state of conn, creating it on its first message.
 // Caller holds mu.
-func (in *inbox) stateFor(conn *mqttclient.Conn) *connState {
+func (in *Inbox) stateFor(conn Conn) *connState {
 	cs, ok := in.conns[conn]
 	if ok {
 		return cs
 	}
-	cs = &connState{conn: conn, pubrecs: in.pubrecs, inflight: map[uint16]struct{}{}, replayOver: in.s.client.CleanSession}
+	cs = &connState{conn: conn, pubrecs: in.pubrecs, m: in.m, inflight: map[uint16]struct{}{}, replayOver: in.s.CleanSession}
 	if !conn.Alive() {
 		// A late message of a connection already discarded: treat it as
 		// gone, unacknowledged (the broker redelivers it).
@@ -164,7 +250,7 @@ func (in *inbox) stateFor(conn *mqttclient.Conn) *connState {
 // and its queued or retrying QoS 1/2 deliveries, all unacknowledged, which
 // the broker redelivers on the next connection. QoS 0 messages have no
 // redelivery and stay.
-func (in *inbox) watch(cs *connState) {
+func (in *Inbox) watch(cs *connState) {
 	<-cs.conn.Lost()
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -181,7 +267,7 @@ func (in *inbox) watch(cs *connState) {
 }
 
 // dropConn removes the QoS 1/2 deliveries of cs from ds.
-func dropConn(ds []*delivery, cs *connState) []*delivery {
+func dropConn(ds []*Delivery, cs *connState) []*Delivery {
 	out := ds[:0]
 	for _, d := range ds {
 		if d.cs == cs && d.qos() > 0 {
@@ -193,12 +279,16 @@ func dropConn(ds []*delivery, cs *connState) []*delivery {
 	return out
 }
 
-// onPubrel ends a QoS 2 exchange. It runs on paho's network reader.
-func (in *inbox) onPubrel(_ *mqttclient.Conn, id uint16) { in.pubrecs.released(id) }
+// OnPubrel ends a QoS 2 exchange. It runs on the network reader.
+func (in *Inbox) OnPubrel(id uint16) { in.pubrecs.released(id) }
 
-// onMessage routes one PUBLISH. It runs on paho's network reader, in
-// receive order, and never blocks.
-func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
+// ResetSession forgets every open QoS 2 exchange: call it when the broker
+// reports no session for the client (CONNACK session present = 0).
+func (in *Inbox) ResetSession() { in.pubrecs.reset() }
+
+// OnMessage routes one PUBLISH. It runs on the network reader, in receive
+// order, and never blocks.
+func (in *Inbox) OnMessage(conn Conn, msg Message) {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -214,7 +304,7 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 	if msg.Qos() == 2 && in.pubrecs.retransmission(msg.MessageID(), msg.Duplicate()) {
 		// PUBREC'd, PUBREL pending: answer with PUBREC again (in order),
 		// never deliver it a second time.
-		in.m.duplicates.Incr(1)
+		in.m.Duplicates.Incr(1)
 		in.log.Debugf("Ignoring retransmission of QoS 2 packet %d on topic %q: already received, waiting for its PUBREL", msg.MessageID(), msg.Topic())
 		entry := &ackEntry{msg: msg}
 		in.appendSeq(cs, entry)
@@ -226,7 +316,7 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 		cs.mu.Lock()
 		if _, dup := cs.inflight[msg.MessageID()]; dup {
 			cs.mu.Unlock()
-			in.m.duplicates.Incr(1)
+			in.m.Duplicates.Incr(1)
 			in.log.Debugf("Ignoring retransmission of packet %d on topic %q: it is still being processed", msg.MessageID(), msg.Topic())
 			return
 		}
@@ -234,25 +324,25 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 		entry = &ackEntry{msg: msg}
 		cs.mu.Unlock()
 	}
-	in.m.received.Incr(1)
+	in.m.Received.Incr(1)
 
-	sub, ok := in.s.subs.match(msg.Topic())
+	sub, ok := in.s.Subs.Match(msg.Topic())
 	if ok {
 		in.appendSeq(cs, entry)
-		in.enqueue(&delivery{cs: cs, msg: msg, sub: sub.raw, entry: entry})
+		in.enqueue(&Delivery{cs: cs, Msg: msg, Sub: sub.Raw, entry: entry})
 		return
 	}
 
 	in.mu.Lock()
 	if !cs.replayOver {
-		in.hold(cs, &delivery{cs: cs, msg: msg, entry: entry})
+		in.hold(cs, &Delivery{cs: cs, Msg: msg, entry: entry})
 		in.mu.Unlock()
 		return
 	}
 	in.mu.Unlock()
 	// Ordinary routing: no local recipient, so acknowledge and drop.
-	in.m.unmatched.Incr(1)
-	in.log.Debugf("Acknowledging and dropping a message on topic %q: it matches none of topics %v", msg.Topic(), in.s.topics)
+	in.m.Unmatched.Incr(1)
+	in.log.Debugf("Acknowledging and dropping a message on topic %q: it matches none of topics %v", msg.Topic(), in.s.Topics)
 	if entry != nil {
 		in.appendSeq(cs, entry)
 		cs.complete(entry, in.m)
@@ -260,8 +350,8 @@ func (in *inbox) onMessage(conn *mqttclient.Conn, msg paho.Message) {
 }
 
 // appendSeq puts a QoS 1/2 message at the end of its connection's ack
-// order. Called in receive order, from onMessage only.
-func (in *inbox) appendSeq(cs *connState, e *ackEntry) {
+// order. Called in receive order, from OnMessage only.
+func (in *Inbox) appendSeq(cs *connState, e *ackEntry) {
 	if e == nil {
 		return
 	}
@@ -272,25 +362,25 @@ func (in *inbox) appendSeq(cs *connState, e *ackEntry) {
 
 // hold keeps an unmatched message of a resumed session, unacknowledged,
 // until the replay timeout. Caller holds mu.
-func (in *inbox) hold(cs *connState, d *delivery) {
-	limit := in.s.replayBufferSize
+func (in *Inbox) hold(cs *connState, d *Delivery) {
+	limit := in.s.ReplayBufferSize
 	if limit > 0 && len(cs.held) >= limit {
 		in.failClosed(cs, d)
 		return
 	}
 	cs.held = append(cs.held, d)
 	in.setHeldGauge()
-	in.m.heldTotal.Incr(1)
+	in.m.HeldTotal.Incr(1)
 	if cs.timer == nil {
 		// Measured from the first held message and never extended.
-		cs.timer = time.AfterFunc(in.s.replayTimeout, func() { in.endReplay(cs) })
+		cs.timer = time.AfterFunc(in.s.ReplayTimeout, func() { in.endReplay(cs) })
 	}
 }
 
 // failClosed closes a connection whose unmatched replay overflowed
 // session_replay_buffer_size, acknowledging nothing: the messages stay in
 // the broker's session. Caller holds mu.
-func (in *inbox) failClosed(cs *connState, d *delivery) {
+func (in *Inbox) failClosed(cs *connState, d *Delivery) {
 	cs.gone = true
 	if cs.timer != nil {
 		cs.timer.Stop()
@@ -298,9 +388,9 @@ func (in *inbox) failClosed(cs *connState, d *delivery) {
 	n := len(cs.held)
 	cs.held = nil
 	in.setHeldGauge()
-	in.m.replayOverflows.Incr(1)
+	in.m.ReplayOverflows.Incr(1)
 	err := fmt.Errorf("startup replay overflow: more than session_replay_buffer_size (%d) messages of the resumed session of client %q match none of topics %v (the latest on %q); closing the connection without acknowledging any of them, so they stay queued at the broker. Add the topics they belong to, raise session_replay_buffer_size (0 = unbounded), or clear the old subscriptions of this session",
-		in.s.replayBufferSize, in.s.client.ClientID, in.s.topics, d.msg.Topic())
+		in.s.ReplayBufferSize, in.s.ClientID, in.s.Topics, d.Msg.Topic())
 	in.log.Errorf("%v (%d held messages discarded locally)", err, n)
 	cs.conn.Drop(err)
 }
@@ -309,7 +399,7 @@ func (in *inbox) failClosed(cs *connState, d *delivery) {
 // never change after connect, so no held message has gained a recipient:
 // every held message is dropped locally, without PUBACK or PUBREC, and the
 // connection switches to ordinary routing.
-func (in *inbox) endReplay(cs *connState) {
+func (in *Inbox) endReplay(cs *connState) {
 	in.mu.Lock()
 	if cs.gone {
 		in.mu.Unlock()
@@ -323,18 +413,18 @@ func (in *inbox) endReplay(cs *connState) {
 	if len(dropped) == 0 {
 		return
 	}
-	in.m.droppedUnacked.Incr(int64(len(dropped)))
+	in.m.DroppedUnacked.Incr(int64(len(dropped)))
 	in.log.Warnf("session_replay_timeout (%s) passed: dropping %d held messages (first on topic %q) locally without acknowledging them, since they match none of topics %v. The broker keeps QoS 1/2 ones and redelivers them on the next resumed connection; until then they occupy its in-flight window",
-		in.s.replayTimeout, len(dropped), dropped[0].msg.Topic(), in.s.topics)
+		in.s.ReplayTimeout, len(dropped), dropped[0].Msg.Topic(), in.s.Topics)
 }
 
-// enqueue hands a deliverable message to Read.
-func (in *inbox) enqueue(d *delivery) {
+// enqueue hands a deliverable message to Next.
+func (in *Inbox) enqueue(d *Delivery) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if d.qos() == 0 {
 		// QoS 0 has no broker window to bound it: cap it here.
-		if in.qos0 >= in.s.receiveBufferSize {
+		if in.qos0 >= in.s.ReceiveBufferSize {
 			in.dropOldestQoS0()
 		}
 		in.qos0++
@@ -345,32 +435,32 @@ func (in *inbox) enqueue(d *delivery) {
 }
 
 // dropOldestQoS0 makes room for a QoS 0 message. Caller holds mu.
-func (in *inbox) dropOldestQoS0() {
+func (in *Inbox) dropOldestQoS0() {
 	for i, d := range in.queue {
 		if d.qos() != 0 {
 			continue
 		}
 		in.queue = append(in.queue[:i], in.queue[i+1:]...)
 		in.qos0--
-		in.m.qos0Dropped.Incr(1)
+		in.m.QoS0Dropped.Incr(1)
 		in.qos0Dropped++
 		if time.Since(in.qos0WarnedAt) >= 10*time.Second {
 			in.log.Warnf("Dropped %d QoS 0 messages (oldest first, latest on topic %q): more than receive_buffer_size (%d) are waiting for the pipeline",
-				in.qos0Dropped, d.msg.Topic(), in.s.receiveBufferSize)
+				in.qos0Dropped, d.Msg.Topic(), in.s.ReceiveBufferSize)
 			in.qos0Dropped, in.qos0WarnedAt = 0, time.Now()
 		}
 		return
 	}
 }
 
-// retry schedules a rejected delivery for another attempt after a backoff
+// Retry schedules a rejected delivery for another attempt after a backoff
 // that doubles per attempt. A QoS 1/2 delivery of a lost connection is
 // dropped instead: the broker redelivers it on the next connection.
-func (in *inbox) retry(d *delivery) {
+func (in *Inbox) Retry(d *Delivery) {
 	d.attempts++
-	wait := in.s.retry.Initial
-	for i := 1; i < d.attempts && wait < in.s.retry.Max; i++ {
-		wait = in.s.retry.Next(wait)
+	wait := in.s.RetryInitial
+	for i := 1; i < d.attempts && wait < in.s.RetryMax; i++ {
+		wait = min(wait*2, in.s.RetryMax)
 	}
 	d.due = time.Now().Add(wait)
 	in.mu.Lock()
@@ -380,28 +470,37 @@ func (in *inbox) retry(d *delivery) {
 	}
 	if d.qos() == 0 {
 		// QoS 0 has no broker window: bound its retries like its queue.
-		if in.qos0Retrying >= in.s.receiveBufferSize {
-			in.m.qos0Dropped.Incr(1)
-			in.log.Warnf("Dropping a rejected QoS 0 message on topic %q: %d QoS 0 messages already wait for a retry (receive_buffer_size)", d.msg.Topic(), in.qos0Retrying)
+		if in.qos0Retrying >= in.s.ReceiveBufferSize {
+			in.m.QoS0Dropped.Incr(1)
+			in.log.Warnf("Dropping a rejected QoS 0 message on topic %q: %d QoS 0 messages already wait for a retry (receive_buffer_size)", d.Msg.Topic(), in.qos0Retrying)
 			return
 		}
 		in.qos0Retrying++
 	}
-	in.m.retried.Incr(1)
+	in.m.Retried.Incr(1)
 	in.retries = append(in.retries, d)
 	in.signal()
 }
 
-// next returns the delivery Read should emit now, or nil with a channel
-// to wait on and the time of the next retry (zero when none). Due retries
-// go first: they are older than anything queued.
-func (in *inbox) next(now time.Time) (*delivery, <-chan struct{}, time.Time, bool) {
+// Complete marks the pipeline done with d and sends every PUBACK/PUBREC of
+// its connection that is now due, in receive order. QoS 0 has none. Safe
+// from any goroutine.
+func (d *Delivery) Complete() {
+	if d.entry != nil {
+		d.cs.complete(d.entry, d.cs.m)
+	}
+}
+
+// Next returns the delivery to emit now, or nil with a channel to wait on
+// and the time of the next retry (zero when none); closed reports that
+// Close was called. Due retries go first: they are older than anything
+// queued.
+func (in *Inbox) Next(now time.Time) (_ *Delivery, wake <-chan struct{}, nextDue time.Time, closed bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
 		return nil, nil, time.Time{}, true
 	}
-	var nextDue time.Time
 	best := -1
 	for i, d := range in.retries {
 		if !d.due.After(now) {
@@ -435,26 +534,26 @@ func (in *inbox) next(now time.Time) (*delivery, <-chan struct{}, time.Time, boo
 
 // setHeldGauge reports the messages held now across connections. Caller
 // holds mu.
-func (in *inbox) setHeldGauge() {
+func (in *Inbox) setHeldGauge() {
 	n := 0
 	for _, cs := range in.conns {
 		n += len(cs.held)
 	}
-	in.m.held.Set(int64(n))
+	in.m.Held.Set(int64(n))
 }
 
-// setQueueGauges reports the queue split at receive_buffer_size: up to it
+// setQueueGauges reports the queue split at ReceiveBufferSize: up to it
 // the receive buffer, beyond it the unacknowledged backlog that waits for
-// Read to make room. Caller holds mu.
-func (in *inbox) setQueueGauges() {
+// Next to make room. Caller holds mu.
+func (in *Inbox) setQueueGauges() {
 	n := len(in.queue)
-	in.m.buffered.Set(int64(min(n, in.s.receiveBufferSize)))
-	in.m.backlog.Set(int64(max(n-in.s.receiveBufferSize, 0)))
+	in.m.Buffered.Set(int64(min(n, in.s.ReceiveBufferSize)))
+	in.m.Backlog.Set(int64(max(n-in.s.ReceiveBufferSize, 0)))
 }
 
-// close stops routing: later messages are not acknowledged, and queued or
+// Close stops routing: later messages are not acknowledged, and queued or
 // retrying deliveries are discarded (the broker keeps QoS 1/2 ones).
-func (in *inbox) close() {
+func (in *Inbox) Close() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
@@ -469,4 +568,24 @@ func (in *inbox) close() {
 	in.queue, in.retries = nil, nil
 	in.qos0, in.qos0Retrying = 0, 0
 	in.signal()
+}
+
+// Queued returns the messages waiting for Next, oldest first (not those
+// waiting for a retry): a snapshot for inspection.
+func (in *Inbox) Queued() []Message {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]Message, len(in.queue))
+	for i, d := range in.queue {
+		out[i] = d.Msg
+	}
+	return out
+}
+
+// Retrying returns how many rejected deliveries wait for their retry, and
+// how many of them are QoS 0 (bounded by ReceiveBufferSize).
+func (in *Inbox) Retrying() (all, qos0 int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.retries), in.qos0Retrying
 }

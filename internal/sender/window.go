@@ -1,0 +1,115 @@
+package sender
+
+import (
+	"container/list"
+	"errors"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+)
+
+// Token is a publish in progress.
+type Token = mqttclient.Token
+
+// tokenDone reports whether a publish token has completed, without waiting.
+func tokenDone(tok Token) bool {
+	select {
+	case <-tok.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// flight is a published record awaiting its confirmation.
+type flight struct {
+	rec      outbox.Record
+	tok      Token
+	sentAt   time.Time
+	deadline time.Time
+	elem     *list.Element
+}
+
+// source is where a window reads records, oldest first: the outbox.
+type source interface {
+	Read(afterSeq uint64, max int) ([]outbox.Record, error)
+}
+
+// window is what one session has published and not yet seen confirmed.
+//
+// Invariants, enforced here:
+//   - records enter in outbox (FIFO) order and at most size are in it;
+//   - a new window starts from the oldest record of the outbox, so after a
+//     failed session every unconfirmed record is sent again, oldest first,
+//     and a newer record never overtakes an older one;
+//   - a record confirmed but not yet removed from the outbox is not sent
+//     again (skip reports those);
+//   - the oldest flight has the earliest deadline: deadlines grow front to
+//     back because records enter in time order with one timeout.
+type window struct {
+	size     int
+	wait     time.Duration // how long a flight waits for its confirmation
+	inflight *list.List    // of *flight, oldest first
+	byID     map[string]*flight
+	cursor   uint64 // Seq of the last record read; 0 = from the oldest
+}
+
+func newWindow(size int, wait time.Duration) *window {
+	return &window{size: size, wait: wait, inflight: list.New(), byID: map[string]*flight{}}
+}
+
+// len is the number of records in flight.
+func (w *window) len() int { return w.inflight.Len() }
+
+// refill reads from src after the cursor and publishes records until the
+// window is full or src has no more. skip reports records confirmed but not
+// yet removed; publish sends one record. A record that cannot be decoded is
+// passed to onCorrupt and stepped over (it stays in the outbox); any other
+// read error ends the refill.
+func (w *window) refill(src source, skip func(seq uint64) bool, publish func(outbox.Record) Token, onCorrupt func(*outbox.CorruptRecordError)) error {
+	for w.len() < w.size {
+		recs, err := src.Read(w.cursor, w.size-w.len())
+		var corrupt *outbox.CorruptRecordError
+		if err != nil && !errors.As(err, &corrupt) {
+			return err
+		}
+		for _, r := range recs { // with a corrupt record: those before it
+			w.cursor = r.Seq
+			if skip(r.Seq) {
+				continue
+			}
+			now := time.Now()
+			f := &flight{rec: r, sentAt: now, deadline: now.Add(w.wait)}
+			f.elem = w.inflight.PushBack(f)
+			w.byID[r.EventID] = f
+			f.tok = publish(r)
+		}
+		if corrupt != nil {
+			onCorrupt(corrupt)
+			w.cursor = corrupt.Seq
+			continue
+		}
+		if len(recs) == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// oldest is the flight waiting longest, or nil.
+func (w *window) oldest() *flight {
+	if e := w.inflight.Front(); e != nil {
+		return e.Value.(*flight)
+	}
+	return nil
+}
+
+// lookup returns the flight of event id, or nil.
+func (w *window) lookup(id string) *flight { return w.byID[id] }
+
+// remove takes a confirmed flight out, making room for the next record.
+func (w *window) remove(f *flight) {
+	w.inflight.Remove(f.elem)
+	delete(w.byID, f.rec.EventID)
+}
