@@ -10,6 +10,11 @@
 //
 // SQLite (modernc.org/sqlite, no cgo) and PostgreSQL (pgx) share all code
 // through database/sql; the differences live in dialect.go.
+//
+// Pool (pool.go) is the process's one handle per table: its workers group
+// concurrent requests into transactions, and its claims stop two local
+// copies of a key from passing at once. statements.go checks configured
+// statements for transaction control.
 package sqlledger
 
 import (

@@ -1,4 +1,4 @@
-package ledger
+package sqlledger
 
 import (
 	"context"
@@ -6,26 +6,24 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 )
 
-// sharedStore is one SQL ledger table used by every dedup_ledger thread (and
+// Pool is one SQL ledger table used by every dedup_ledger thread (and
 // every processor) of this process that names it. Sharing matters: the
 // in-process claims must be one map, and SQLite wants one writer pool.
 //
 // Its workers group concurrent requests into transactions. A request is
 // answered only after its transaction committed or failed, so a message
 // never moves on before its effect (or its key) is durable.
-type sharedStore struct {
+type Pool struct {
 	id       string
 	settings string // what every processor sharing the store must agree on
-	store    *sqlledger.Store
-	reqs     chan *sqlReq
+	store    *Store
+	reqs     chan *Request
 	max      int // requests per transaction
 
 	mu     sync.Mutex
-	claims map[sqlledger.Key]*sqlClaim
+	claims map[Key]*Claim
 	refs   int
 
 	stop    context.CancelFunc
@@ -33,51 +31,71 @@ type sharedStore struct {
 	workers sync.WaitGroup
 }
 
-// sqlReq is one message's work for a worker: apply (entry with statements)
+// Request is one message's work for a worker: apply (entry with statements)
 // or record (the key only, its effect committed elsewhere).
-type sqlReq struct {
-	entry  sqlledger.Entry
+type Request struct {
+	entry  Entry
 	record bool
-	done   chan sqlledger.Outcome // buffered 1
+	done   chan Outcome // buffered 1
 }
 
+// NewRequest returns the work of one message: with record, the key only
+// (its effect is committed elsewhere); otherwise the key and the entry's
+// statements in one transaction.
+func NewRequest(entry Entry, record bool) *Request {
+	return &Request{entry: entry, record: record, done: make(chan Outcome, 1)}
+}
+
+// Entry returns what the request carries.
+func (r *Request) Entry() Entry { return r.entry }
+
 var (
-	storesMu sync.Mutex
-	stores   = map[string]*sharedStore{}
+	poolsMu sync.Mutex
+	pools   = map[string]*Pool{}
 )
 
-// openShared returns the process's handle on the table, opening it (and
-// running init) on first use. Every call needs a release.
-func openShared(ctx context.Context, s *sqlSettings, retention time.Duration, onKeys func(int64), logf func(string, ...any)) (*sharedStore, error) {
-	id := string(s.cfg.Driver) + "\x00" + s.cfg.DSN + "\x00" + s.cfg.Table
+// PoolConfig is what OpenPool needs besides the connection.
+type PoolConfig struct {
+	Config
+	Init      []string      // statements run once when the pool opens
+	MaxBatch  int           // requests per transaction
+	Retention time.Duration // 0: keys are kept
+	OnKeys    func(int64)   // the row count, after each expiry round
+	Logf      func(string, ...any)
+}
+
+// OpenPool returns the process's handle on the table, opening it (and
+// running init) on first use. Every call needs a Release.
+func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
+	id := string(pc.Config.Driver) + "\x00" + pc.Config.DSN + "\x00" + pc.Config.Table
 	// The first processor's pool, batching, retention and init statements
 	// serve them all, so a second one must not expect others.
-	settings := fmt.Sprintf("%+v|%d|%s|%q", s.cfg, s.maxBatch, retention, s.init)
-	storesMu.Lock()
-	defer storesMu.Unlock()
-	if sh := stores[id]; sh != nil {
+	settings := fmt.Sprintf("%+v|%d|%s|%q", pc.Config, pc.MaxBatch, pc.Retention, pc.Init)
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	if sh := pools[id]; sh != nil {
 		if sh.settings != settings {
-			return nil, fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", s.cfg.Table, s.cfg.Driver)
+			return nil, fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", pc.Config.Table, pc.Config.Driver)
 		}
 		sh.mu.Lock()
 		sh.refs++
 		sh.mu.Unlock()
 		return sh, nil
 	}
-	st, err := sqlledger.Open(ctx, s.cfg)
+	st, err := Open(ctx, pc.Config)
 	if err != nil {
 		return nil, fmt.Errorf("dedup_ledger: %w", err)
 	}
-	for i, q := range s.init {
+	for i, q := range pc.Init {
 		if _, err := st.DB().ExecContext(ctx, q); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("dedup_ledger: sql.init_statements[%d] (%q) failed: %w", i, q, err)
 		}
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	sh := &sharedStore{
-		id: id, settings: settings, store: st, reqs: make(chan *sqlReq, 4*s.maxBatch), max: s.maxBatch,
-		claims: map[sqlledger.Key]*sqlClaim{}, refs: 1, ctx: wctx, stop: stop,
+	sh := &Pool{
+		id: id, settings: settings, store: st, reqs: make(chan *Request, 4*pc.MaxBatch), max: pc.MaxBatch,
+		claims: map[Key]*Claim{}, refs: 1, ctx: wctx, stop: stop,
 	}
 	// One worker per connection: more could only queue for a connection.
 	workers := st.DB().Stats().MaxOpenConnections
@@ -88,26 +106,26 @@ func openShared(ctx context.Context, s *sqlSettings, retention time.Duration, on
 		sh.workers.Add(1)
 		go sh.work()
 	}
-	if retention > 0 {
+	if pc.Retention > 0 {
 		sh.workers.Add(1)
-		go sh.expireLoop(retention, onKeys, logf)
+		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
 	}
-	stores[id] = sh
+	pools[id] = sh
 	return sh, nil
 }
 
 // release drops one reference; the last one stops the workers (bounded)
 // and closes the pool.
-func (sh *sharedStore) release() error {
-	storesMu.Lock()
+func (sh *Pool) Release() error {
+	poolsMu.Lock()
 	sh.mu.Lock()
 	sh.refs--
 	last := sh.refs == 0
 	sh.mu.Unlock()
 	if last {
-		delete(stores, sh.id)
+		delete(pools, sh.id)
 	}
-	storesMu.Unlock()
+	poolsMu.Unlock()
 	if !last {
 		return nil
 	}
@@ -123,7 +141,7 @@ func (sh *sharedStore) release() error {
 }
 
 // submit queues a request; the answer arrives on req.done.
-func (sh *sharedStore) submit(ctx context.Context, req *sqlReq) error {
+func (sh *Pool) Submit(ctx context.Context, req *Request) error {
 	select {
 	case sh.reqs <- req:
 		return nil
@@ -135,22 +153,22 @@ func (sh *sharedStore) submit(ctx context.Context, req *sqlReq) error {
 }
 
 // do submits one request and waits for its outcome.
-func (sh *sharedStore) do(ctx context.Context, req *sqlReq) sqlledger.Outcome {
-	if err := sh.submit(ctx, req); err != nil {
-		return sqlledger.Outcome{Err: err}
+func (sh *Pool) Do(ctx context.Context, req *Request) Outcome {
+	if err := sh.Submit(ctx, req); err != nil {
+		return Outcome{Err: err}
 	}
-	return sh.wait(ctx, req)
+	return sh.Wait(ctx, req)
 }
 
 // wait returns the outcome of a submitted request. If ctx ends first the
 // message fails; the transaction may still commit, and then the
 // redelivered copy finds the ledger row.
-func (sh *sharedStore) wait(ctx context.Context, req *sqlReq) sqlledger.Outcome {
+func (sh *Pool) Wait(ctx context.Context, req *Request) Outcome {
 	select {
 	case o := <-req.done:
 		return o
 	case <-ctx.Done():
-		return sqlledger.Outcome{Err: fmt.Errorf("gave up waiting for the transaction of %s: %w (if it commits, the redelivered copy is recognised)", req.entry.Key, ctx.Err())}
+		return Outcome{Err: fmt.Errorf("gave up waiting for the transaction of %s: %w (if it commits, the redelivered copy is recognised)", req.entry.Key, ctx.Err())}
 	case <-sh.ctx.Done():
 		// Closing: the workers may be gone. Failing is safe for the same
 		// reason as above.
@@ -158,17 +176,17 @@ func (sh *sharedStore) wait(ctx context.Context, req *sqlReq) sqlledger.Outcome 
 		case o := <-req.done:
 			return o
 		default:
-			return sqlledger.Outcome{Err: fmt.Errorf("the SQL ledger closed before the transaction of %s finished (if it committed, the redelivered copy is recognised)", req.entry.Key)}
+			return Outcome{Err: fmt.Errorf("the SQL ledger closed before the transaction of %s finished (if it committed, the redelivered copy is recognised)", req.entry.Key)}
 		}
 	}
 }
 
 // work takes whatever requests are queued (up to max) and runs them as one
 // transaction.
-func (sh *sharedStore) work() {
+func (sh *Pool) work() {
 	defer sh.workers.Done()
 	for {
-		var batch []*sqlReq
+		var batch []*Request
 		select {
 		case <-sh.ctx.Done():
 			return
@@ -190,11 +208,11 @@ func (sh *sharedStore) work() {
 
 // run commits one group: records first (one multi-row transaction), then
 // applies (one transaction, a savepoint each).
-func (sh *sharedStore) run(batch []*sqlReq) {
+func (sh *Pool) run(batch []*Request) {
 	// The requests' own contexts may end while we work; the transaction is
 	// bounded by the store's retries and stopped only at close.
 	ctx := sh.ctx
-	var records, applies []*sqlReq
+	var records, applies []*Request
 	for _, r := range batch {
 		if r.record {
 			records = append(records, r)
@@ -203,7 +221,7 @@ func (sh *sharedStore) run(batch []*sqlReq) {
 		}
 	}
 	if len(records) > 0 {
-		keys := make([]sqlledger.Key, len(records))
+		keys := make([]Key, len(records))
 		hashes := make([][]byte, len(records))
 		for i, r := range records {
 			keys[i], hashes[i] = r.entry.Key, r.entry.Hash
@@ -211,9 +229,9 @@ func (sh *sharedStore) run(batch []*sqlReq) {
 		ins, err := sh.store.Record(ctx, keys, hashes)
 		for i, r := range records {
 			if err != nil {
-				r.done <- sqlledger.Outcome{Err: err}
+				r.done <- Outcome{Err: err}
 			} else {
-				r.done <- sqlledger.Outcome{Result: sqlledger.Result{Inserted: ins[i]}}
+				r.done <- Outcome{Result: Result{Inserted: ins[i]}}
 			}
 		}
 	}
@@ -222,16 +240,16 @@ func (sh *sharedStore) run(batch []*sqlReq) {
 	case 1:
 		r := applies[0]
 		res, err := sh.store.Apply(ctx, r.entry.Key, r.entry.Hash, r.entry.Stmts)
-		r.done <- sqlledger.Outcome{Result: res, Err: err}
+		r.done <- Outcome{Result: res, Err: err}
 	default:
-		entries := make([]sqlledger.Entry, len(applies))
+		entries := make([]Entry, len(applies))
 		for i, r := range applies {
 			entries[i] = r.entry
 		}
 		outs, err := sh.store.ApplyBatch(ctx, entries)
 		for i, r := range applies {
 			if err != nil {
-				r.done <- sqlledger.Outcome{Err: err}
+				r.done <- Outcome{Err: err}
 			} else {
 				r.done <- outs[i]
 			}
@@ -241,7 +259,7 @@ func (sh *sharedStore) run(batch []*sqlReq) {
 
 // expireLoop deletes rows older than retention now and then, in small
 // batches, and reports the row count.
-func (sh *sharedStore) expireLoop(retention time.Duration, onKeys func(int64), logf func(string, ...any)) {
+func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf func(string, ...any)) {
 	defer sh.workers.Done()
 	every := min(max(retention/4, time.Second), time.Minute)
 	t := time.NewTicker(every)
@@ -249,14 +267,14 @@ func (sh *sharedStore) expireLoop(retention time.Duration, onKeys func(int64), l
 	for {
 		cutoff := time.Now().Add(-retention)
 		for range 64 { // bounded per round; the next tick continues
-			n, err := sh.store.Expire(sh.ctx, cutoff, sqlledger.DefaultExpireLimit)
+			n, err := sh.store.Expire(sh.ctx, cutoff, DefaultExpireLimit)
 			if err != nil {
 				if sh.ctx.Err() == nil {
 					logf("dedup_ledger: expiring old keys: %v", err)
 				}
 				break
 			}
-			if n < sqlledger.DefaultExpireLimit {
+			if n < DefaultExpireLimit {
 				break
 			}
 		}
@@ -271,46 +289,46 @@ func (sh *sharedStore) expireLoop(retention time.Duration, onKeys func(int64), l
 	}
 }
 
-// sqlClaim is an in-process claim on a key that is not in the table yet,
+// Claim is an in-process claim on a key that is not in the table yet,
 // held by the one message copy that passed, until its hook records the key
 // or releases it. It stops a second local copy from passing meanwhile.
 // (Copies at other processes are not seen: without apply, two instances
 // can both pass one key at the same instant; see the docs.)
-type sqlClaim struct {
-	sh   *sharedStore
-	key  sqlledger.Key
+type Claim struct {
+	sh   *Pool
+	key  Key
 	once sync.Once
 	done chan struct{} // closed when settled
 }
 
-// errSQLInFlight: another copy of the key held its claim past wait_timeout.
-var errSQLInFlight = errors.New("another copy of this key is still in flight")
+// ErrInFlight: another copy of the key held its claim past wait_timeout.
+var ErrInFlight = errors.New("another copy of this key is still in flight")
 
-// claim returns a claim on key, or the verdict that key is applied
+// Claim returns a claim on key, or the Verdict that key is applied
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
-func (sh *sharedStore) claim(ctx context.Context, key sqlledger.Key, hash []byte, wait time.Duration) (*sqlClaim, verdict, error) {
+func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, Verdict, error) {
 	var timeout <-chan time.Time // started only if a copy is in flight
 	for {
 		sh.mu.Lock()
 		other := sh.claims[key]
 		if other == nil {
-			c := &sqlClaim{sh: sh, key: key, done: make(chan struct{})}
+			c := &Claim{sh: sh, key: key, done: make(chan struct{})}
 			sh.claims[key] = c
 			sh.mu.Unlock()
 			stored, found, err := sh.store.Lookup(ctx, key)
 			if err != nil || found {
-				c.settle()
+				c.Settle()
 			}
 			switch {
 			case err != nil:
 				return nil, 0, err
 			case found && len(stored) > 0 && string(stored) != string(hash):
-				return nil, verdictConflict, nil
+				return nil, Conflict, nil
 			case found:
-				return nil, verdictDuplicate, nil
+				return nil, Duplicate, nil
 			}
-			return c, verdictNew, nil
+			return c, Pass, nil
 		}
 		sh.mu.Unlock()
 		if timeout == nil {
@@ -321,16 +339,19 @@ func (sh *sharedStore) claim(ctx context.Context, key sqlledger.Key, hash []byte
 		select {
 		case <-other.done: // committed or released: look again
 		case <-timeout:
-			return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, errSQLInFlight, wait)
+			return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, ErrInFlight, wait)
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
 		}
 	}
 }
 
-// settle ends the claim (after the key was recorded, or to release it);
+// Key returns the claimed key.
+func (c *Claim) Key() Key { return c.key }
+
+// Settle ends the claim (after the key was recorded, or to release it);
 // waiters then look the key up again.
-func (c *sqlClaim) settle() {
+func (c *Claim) Settle() {
 	c.once.Do(func() {
 		c.sh.mu.Lock()
 		if c.sh.claims[c.key] == c {
@@ -341,10 +362,14 @@ func (c *sqlClaim) settle() {
 	})
 }
 
-type verdict int
+type Verdict int
 
 const (
-	verdictNew verdict = iota
-	verdictDuplicate
-	verdictConflict
+	Pass Verdict = iota
+	Duplicate
+	Conflict
 )
+
+// Store returns the table the pool writes (for inspection; writes go
+// through requests).
+func (sh *Pool) Store() *Store { return sh.store }
