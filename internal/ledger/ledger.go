@@ -39,6 +39,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 var (
@@ -116,8 +117,7 @@ type Ledger struct {
 	opts Options
 	refs int // guarded by registryMu
 
-	mu       sync.Mutex
-	inflight map[string]*Claim // claimed, not yet settled
+	claims *claims.Table // keys claimed, not yet settled; closed with closing
 
 	keys    atomic.Int64
 	commits atomic.Int64
@@ -162,12 +162,12 @@ func Open(path string, opts Options) (*Ledger, error) {
 		path:          f.Path(),
 		opts:          opts,
 		refs:          1,
-		inflight:      map[string]*Claim{},
 		reqs:          make(chan *commitReq),
 		closing:       make(chan struct{}),
 		committerDone: make(chan struct{}),
 		expirerDone:   make(chan struct{}),
 	}
+	l.claims = claims.New(l.closing)
 	if err := l.load(); err != nil {
 		_ = f.Release()
 		return nil, err
@@ -272,14 +272,8 @@ func (l *Ledger) Close() error {
 			return fmt.Errorf("dedup ledger file %s: a commit did not finish within %s; the file is left open", l.path, closeTimeout)
 		}
 	}
-	l.mu.Lock()
-	held := make([]*Claim, 0, len(l.inflight))
-	for _, c := range l.inflight {
-		held = append(held, c)
-	}
-	l.mu.Unlock()
-	for _, c := range held {
-		c.Release()
+	for _, h := range l.claims.Holds() {
+		h.Settle(claims.Released)
 	}
 	if err := l.file.Release(); err != nil {
 		return fmt.Errorf("closing dedup ledger: %w", err)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // Pool is one SQL ledger table used by every dedup_ledger thread (and
@@ -23,7 +26,7 @@ type Pool struct {
 	max      int // requests per transaction
 
 	mu     sync.Mutex
-	claims map[Key]*Claim
+	claims *claims.Table // never closed: the pool's users are gone when it closes
 	refs   int
 
 	stop    context.CancelFunc
@@ -95,7 +98,7 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	wctx, stop := context.WithCancel(context.Background())
 	sh := &Pool{
 		id: id, settings: settings, store: st, reqs: make(chan *Request, 4*pc.MaxBatch), max: pc.MaxBatch,
-		claims: map[Key]*Claim{}, refs: 1, ctx: wctx, stop: stop,
+		claims: claims.New(nil), refs: 1, ctx: wctx, stop: stop,
 	}
 	// One worker per connection: more could only queue for a connection.
 	workers := st.DB().Stats().MaxOpenConnections
@@ -295,80 +298,56 @@ func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf fun
 // (Copies at other processes are not seen: without apply, two instances
 // can both pass one key at the same instant; see the docs.)
 type Claim struct {
-	sh   *Pool
 	key  Key
-	once sync.Once
-	done chan struct{} // closed when settled
+	hold *claims.Hold
 }
 
-// ErrInFlight: another copy of the key held its claim past wait_timeout.
-var ErrInFlight = errors.New("another copy of this key is still in flight")
+// Verdict is what Claim found (one type for both ledgers).
+type Verdict = claims.Verdict
 
-// Claim returns a claim on key, or the Verdict that key is applied
+const (
+	Pass      = claims.Pass
+	Duplicate = claims.Duplicate
+	Conflict  = claims.Conflict
+)
+
+// ErrInFlight: another copy of the key held its claim past the wait.
+var ErrInFlight = claims.ErrInFlight
+
+// Claim returns a claim on key, or the verdict that key is applied
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
 func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, Verdict, error) {
-	var timeout <-chan time.Time // started only if a copy is in flight
-	for {
-		sh.mu.Lock()
-		other := sh.claims[key]
-		if other == nil {
-			c := &Claim{sh: sh, key: key, done: make(chan struct{})}
-			sh.claims[key] = c
-			sh.mu.Unlock()
-			stored, found, err := sh.store.Lookup(ctx, key)
-			if err != nil || found {
-				c.Settle()
-			}
-			switch {
-			case err != nil:
-				return nil, 0, err
-			case found && len(stored) > 0 && string(stored) != string(hash):
-				return nil, Conflict, nil
-			case found:
-				return nil, Duplicate, nil
-			}
-			return c, Pass, nil
-		}
-		sh.mu.Unlock()
-		if timeout == nil {
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-other.done: // committed or released: look again
-		case <-timeout:
-			return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, ErrInFlight, wait)
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		}
+	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.Key, wait)
+	switch {
+	case errors.Is(err, claims.ErrInFlight):
+		return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, ErrInFlight, wait)
+	case err != nil:
+		return nil, 0, err
 	}
+	c := &Claim{key: key, hold: hold}
+	stored, found, err := sh.store.Lookup(ctx, key)
+	if err != nil || found {
+		c.Settle()
+	}
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case found && len(stored) > 0 && string(stored) != string(hash):
+		return nil, Conflict, nil
+	case found:
+		return nil, Duplicate, nil
+	}
+	return c, Pass, nil
 }
 
 // Key returns the claimed key.
 func (c *Claim) Key() Key { return c.key }
 
 // Settle ends the claim (after the key was recorded, or to release it);
-// waiters then look the key up again.
-func (c *Claim) Settle() {
-	c.once.Do(func() {
-		c.sh.mu.Lock()
-		if c.sh.claims[c.key] == c {
-			delete(c.sh.claims, c.key)
-		}
-		c.sh.mu.Unlock()
-		close(c.done)
-	})
-}
-
-type Verdict int
-
-const (
-	Pass Verdict = iota
-	Duplicate
-	Conflict
-)
+// waiters then look the key up again. The SQL ledger reads its table, not
+// how a claim settled.
+func (c *Claim) Settle() { c.hold.Settle(claims.Released) }
 
 // Store returns the table the pool writes (for inspection; writes go
 // through requests).
