@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,26 +13,13 @@ import (
 
 // Participant records the claimed key in the writer's transaction (Apply).
 func (c *Claim) Participant() commit.Participant {
-	return commit.Participant{Path: c.l.Path(), Run: func(tx *bolt.Tx) error {
-		err := c.Apply(tx)
-		if errors.Is(err, ErrApplied) {
-			return commit.ErrAlreadyApplied
-		}
-		return err
-	}}
+	return commit.Participant{Path: c.l.Path(), Run: c.Apply}
 }
 
 // SkipParticipant stops a writer on the ledger's file from storing a
 // message whose key is already applied with hash (SkipIfApplied).
 func (l *Ledger) SkipParticipant(key Key, hash [32]byte) commit.Participant {
-	skip := l.SkipIfApplied(key, hash)
-	return commit.Participant{Path: l.Path(), Run: func(tx *bolt.Tx) error {
-		if err := skip(tx); errors.Is(err, ErrApplied) {
-			return commit.ErrAlreadyApplied
-		} else {
-			return err
-		}
-	}}
+	return commit.Participant{Path: l.Path(), Run: l.SkipIfApplied(key, hash)}
 }
 
 // RefuseParticipant makes a writer on the ledger's file refuse the message
