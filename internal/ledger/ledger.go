@@ -284,23 +284,13 @@ func (l *Ledger) Close() error {
 // Lookup reports whether key is applied, and with which payload hash. For
 // tests and tools; the pipeline uses Claim.
 func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err error) {
-	k, err := key.encode()
-	if err != nil {
-		return false, hash, at, err
-	}
+	var e Entry
 	err = l.file.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketKeys).Get(k)
-		if v == nil {
-			return nil
-		}
-		at, hash, err = decodeValue(k, v)
-		if err != nil {
-			return l.damagedEntry(key, err)
-		}
-		applied = true
-		return nil
+		var err error
+		e, err = lookupIn(tx, l.path, key, func(err error) error { return l.damagedEntry(key, err) })
+		return err
 	})
-	return applied, hash, at, err
+	return e.Applied, e.Hash, e.At, err
 }
 
 func (l *Ledger) isClosed() bool {

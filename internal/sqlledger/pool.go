@@ -90,7 +90,7 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 		return nil, fmt.Errorf("dedup_ledger: %w", err)
 	}
 	for i, q := range pc.Init {
-		if _, err := st.DB().ExecContext(ctx, q); err != nil {
+		if err := st.ExecSetup(ctx, q); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("dedup_ledger: sql.init_statements[%d] (%q) failed: %w", i, q, err)
 		}
