@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
 // Pool is one SQL ledger table used by every dedup_ledger thread (and
@@ -25,9 +26,7 @@ type Pool struct {
 	reqs     chan *Request
 	max      int // requests per transaction
 
-	mu     sync.Mutex
 	claims *claims.Table // never closed: the pool's users are gone when it closes
-	refs   int
 
 	stop    context.CancelFunc
 	ctx     context.Context // ends when the last user closes
@@ -52,10 +51,8 @@ func NewRequest(entry Entry, record bool) *Request {
 // Entry returns what the request carries.
 func (r *Request) Entry() Entry { return r.entry }
 
-var (
-	poolsMu sync.Mutex
-	pools   = map[string]*Pool{}
-)
+// pools holds the process's pools by driver, DSN and table.
+var pools registry.Registry[*Pool]
 
 // PoolConfig is what OpenPool needs besides the connection.
 type PoolConfig struct {
@@ -74,17 +71,17 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	// The first processor's pool, batching, retention and init statements
 	// serve them all, so a second one must not expect others.
 	settings := fmt.Sprintf("%+v|%d|%s|%q", pc.Config, pc.MaxBatch, pc.Retention, pc.Init)
-	poolsMu.Lock()
-	defer poolsMu.Unlock()
-	if sh := pools[id]; sh != nil {
+	join := func(sh *Pool) error {
 		if sh.settings != settings {
-			return nil, fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", pc.Config.Table, pc.Config.Driver)
+			return fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", pc.Config.Table, pc.Config.Driver)
 		}
-		sh.mu.Lock()
-		sh.refs++
-		sh.mu.Unlock()
-		return sh, nil
+		return nil
 	}
+	return pools.Acquire(id, join, func() (*Pool, error) { return openPool(ctx, id, settings, pc) })
+}
+
+// openPool opens the table, runs init and starts the workers.
+func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, error) {
 	st, err := Open(ctx, pc.Config)
 	if err != nil {
 		return nil, fmt.Errorf("dedup_ledger: %w", err)
@@ -98,7 +95,7 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	wctx, stop := context.WithCancel(context.Background())
 	sh := &Pool{
 		id: id, settings: settings, store: st, reqs: make(chan *Request, 4*pc.MaxBatch), max: pc.MaxBatch,
-		claims: claims.New(nil), refs: 1, ctx: wctx, stop: stop,
+		claims: claims.New(nil), ctx: wctx, stop: stop,
 	}
 	// One worker per connection: more could only queue for a connection.
 	workers := st.DB().Stats().MaxOpenConnections
@@ -113,23 +110,13 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 		sh.workers.Add(1)
 		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
 	}
-	pools[id] = sh
 	return sh, nil
 }
 
-// release drops one reference; the last one stops the workers (bounded)
+// Release drops one reference; the last one stops the workers (bounded)
 // and closes the pool.
 func (sh *Pool) Release() error {
-	poolsMu.Lock()
-	sh.mu.Lock()
-	sh.refs--
-	last := sh.refs == 0
-	sh.mu.Unlock()
-	if last {
-		delete(pools, sh.id)
-	}
-	poolsMu.Unlock()
-	if !last {
+	if !pools.Release(sh.id, sh) {
 		return nil
 	}
 	sh.stop()
