@@ -51,6 +51,24 @@ func (r *Registry[T]) Acquire(id string, join func(T) error, open func() (T, err
 func (r *Registry[T]) Release(id string, v T) (last bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.drop(id, v)
+}
+
+// ReleaseClose is Release for a handle that must be closed before id can be
+// opened again (a file lock): when this was the last use, close runs under
+// the registry's lock, so a concurrent Acquire of id waits for it. The
+// entry is removed even if close fails.
+func (r *Registry[T]) ReleaseClose(id string, v T, close func(T) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.drop(id, v) {
+		return nil
+	}
+	return close(v)
+}
+
+// drop counts one use of v off; r.mu must be held.
+func (r *Registry[T]) drop(id string, v T) (last bool) {
 	e := r.m[id]
 	if e == nil || e.v != v {
 		return false
@@ -61,4 +79,15 @@ func (r *Registry[T]) Release(id string, v T) (last bool) {
 	}
 	delete(r.m, id)
 	return true
+}
+
+// Clear removes every entry, handing each handle to close. For tests that
+// reset a process-wide registry.
+func (r *Registry[T]) Clear(close func(T)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, e := range r.m {
+		close(e.v)
+		delete(r.m, id)
+	}
 }

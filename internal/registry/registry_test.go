@@ -49,3 +49,32 @@ func TestAcquireSharesAndLastReleaseRemoves(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReleaseCloseClosesOnceOnLastUse(t *testing.T) {
+	var r Registry[*handle]
+	open := func() (*handle, error) { return &handle{"f"}, nil }
+	ok := func(*handle) error { return nil }
+	h, _ := r.Acquire("f", ok, open)
+	if _, err := r.Acquire("f", ok, open); err != nil {
+		t.Fatal(err)
+	}
+	var closed []*handle
+	closeFn := func(v *handle) error { closed = append(closed, v); return nil }
+	if err := r.ReleaseClose("f", h, closeFn); err != nil || len(closed) != 0 {
+		t.Fatalf("first of two uses: err %v, %d closes; want none", err, len(closed))
+	}
+	failed := errors.New("close failed")
+	if err := r.ReleaseClose("f", h, func(v *handle) error { closed = append(closed, v); return failed }); !errors.Is(err, failed) || len(closed) != 1 {
+		t.Fatalf("last use: err %v, %d closes; want the close error and one close", err, len(closed))
+	}
+	if err := r.ReleaseClose("f", h, closeFn); err != nil || len(closed) != 1 {
+		t.Fatalf("after the last use: err %v, %d closes; want no second close", err, len(closed))
+	}
+	a, _ := r.Acquire("a", ok, open)
+	b, _ := r.Acquire("b", ok, open)
+	closed = nil
+	r.Clear(func(v *handle) { closed = append(closed, v) })
+	if len(closed) != 2 || r.Release("a", a) || r.Release("b", b) {
+		t.Fatalf("Clear closed %d handles and left entries behind; want 2 and none", len(closed))
+	}
+}
