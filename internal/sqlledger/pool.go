@@ -289,26 +289,14 @@ type Claim struct {
 	hold *claims.Hold
 }
 
-// Verdict is what Claim found (one type for both ledgers).
-type Verdict = claims.Verdict
-
-const (
-	Pass      = claims.Pass
-	Duplicate = claims.Duplicate
-	Conflict  = claims.Conflict
-)
-
-// ErrInFlight: another copy of the key held its claim past the wait.
-var ErrInFlight = claims.ErrInFlight
-
 // Claim returns a claim on key, or the verdict that key is applied
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
-func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, Verdict, error) {
+func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, claims.Verdict, error) {
 	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.Key, wait)
 	switch {
 	case errors.Is(err, claims.ErrInFlight):
-		return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, ErrInFlight, wait)
+		return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, claims.ErrInFlight, wait)
 	case err != nil:
 		return nil, 0, err
 	}
@@ -321,11 +309,11 @@ func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Durat
 	case err != nil:
 		return nil, 0, err
 	case found && len(stored) > 0 && string(stored) != string(hash):
-		return nil, Conflict, nil
+		return nil, claims.Conflict, nil
 	case found:
-		return nil, Duplicate, nil
+		return nil, claims.Duplicate, nil
 	}
-	return c, Pass, nil
+	return c, claims.Pass, nil
 }
 
 // Key returns the claimed key.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -204,12 +205,12 @@ func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatc
 		case err != nil:
 			out = append(out, p.fail(msg, fmt.Errorf("dedup_ledger: checking key %s: %w", key, err)))
 			continue
-		case v == sqlledger.Duplicate:
+		case v == claims.Duplicate:
 			if m := p.duplicate(msg, key); m != nil {
 				out = append(out, m)
 			}
 			continue
-		case v == sqlledger.Conflict:
+		case v == claims.Conflict:
 			out = append(out, p.conflict(msg, key))
 			continue
 		}
