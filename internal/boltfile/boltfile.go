@@ -34,6 +34,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	reg "github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
 // Marker bucket, key and value that identify a reliable-mqtt file.
@@ -65,7 +67,6 @@ type File struct {
 type sharedDB struct {
 	path      string
 	db        *bolt.DB
-	refs      int         // guarded by registryMu
 	meta      *MetaDamage // found at open; nil if both meta pages check out
 	verified  bool        // the structure was verified at open
 	compacted bool        // the file was compacted at open (compact.go)
@@ -86,10 +87,8 @@ type Options struct {
 	AcceptRollback bool
 }
 
-var (
-	registryMu sync.Mutex
-	registry   = map[string]*sharedDB{}
-)
+// registry holds the process's open files by absolute path.
+var registry reg.Registry[*sharedDB]
 
 // Acquire opens the bbolt file at path, or joins it if this process already
 // has it open. The parent directory must exist. The file is created if it is
@@ -103,27 +102,21 @@ func AcquireWith(path string, opts Options) (*File, error) {
 		return nil, err
 	}
 
-	// The registry lock is held while opening so that two components racing
-	// for the same new file cannot both call bbolt.Open on it.
-	registryMu.Lock()
-	defer registryMu.Unlock()
-
-	if s, ok := registry[key]; ok {
+	// The registry opens under its lock, so that two components racing for
+	// the same new file cannot both call bbolt.Open on it.
+	join := func(s *sharedDB) error {
 		if err := refuseRollback(s.meta, opts); err != nil {
-			return nil, err
+			return err
 		}
 		if err := s.damaged.Load(); err != nil {
-			return nil, err
+			return err
 		}
-		s.refs++
-		return &File{shared: s}, nil
+		return nil
 	}
-	s, err := open(key, opts)
+	s, err := registry.Acquire(key, join, func() (*sharedDB, error) { return open(key, opts) })
 	if err != nil {
 		return nil, err
 	}
-	s.refs = 1
-	registry[key] = s
 	return &File{shared: s}, nil
 }
 
@@ -161,18 +154,14 @@ func (f *File) Release() error {
 	f.released = true
 	f.mu.Unlock()
 
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	s := f.shared
-	s.refs--
-	if s.refs > 0 {
+	// Closed under the registry's lock: the next Acquire of the file must
+	// not open it while this process still holds its file lock.
+	return registry.ReleaseClose(f.shared.path, f.shared, func(s *sharedDB) error {
+		if err := s.db.Close(); err != nil {
+			return fmt.Errorf("closing bbolt file %s: %w", s.path, err)
+		}
 		return nil
-	}
-	delete(registry, s.path)
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("closing bbolt file %s: %w", s.path, err)
-	}
-	return nil
+	})
 }
 
 // identity returns the cleaned absolute path with symlinks resolved, so two

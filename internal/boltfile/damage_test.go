@@ -224,12 +224,7 @@ func TestVerifyRefusesAFileWithALeafCountChanged(t *testing.T) {
 
 func resetRegistry(t *testing.T) {
 	t.Helper()
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	for k, s := range registry {
-		_ = s.db.Close()
-		delete(registry, k)
-	}
+	registry.Clear(func(s *sharedDB) { _ = s.db.Close() })
 }
 
 func TestPanicInsideBboltBecomesAStickyRefusal(t *testing.T) {

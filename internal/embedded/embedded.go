@@ -61,6 +61,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
 // Scheme is the URL scheme that selects the embedded broker.
@@ -233,13 +235,10 @@ func currentLogger() *slog.Logger {
 	return logger
 }
 
-// registry holds the running brokers keyed by absolute data directory.
-// Invariant: an entry exists exactly while its refs > 0; the bbolt file of a
+// brokers holds the running brokers keyed by absolute data directory. An
+// entry exists exactly while a Broker handle uses it; the bbolt file of a
 // directory is therefore opened at most once per process.
-var registry = struct {
-	sync.Mutex
-	brokers map[string]*instance
-}{brokers: map[string]*instance{}}
+var brokers registry.Registry[*instance]
 
 // instance is one running broker shared by every Broker handle on its dir.
 type instance struct {
@@ -250,7 +249,6 @@ type instance struct {
 	clientURL string
 	listens   map[string]bool // extra listener addresses already open
 	tls       *tls.Config     // of the listen listeners; nil = plain TCP
-	refs      int
 }
 
 // Broker is one caller's reference to a shared embedded broker.
@@ -277,23 +275,11 @@ func Acquire(rawURL string) (*Broker, error) {
 		dir = real
 	}
 
-	registry.Lock()
-	defer registry.Unlock()
-
-	if inst, ok := registry.brokers[dir]; ok {
-		if err := inst.join(cfg); err != nil {
-			return nil, err
-		}
-		inst.refs++
-		return &Broker{inst: inst}, nil
-	}
-
-	inst, err := start(dir, cfg)
+	join := func(inst *instance) error { return inst.join(cfg) }
+	inst, err := brokers.Acquire(dir, join, func() (*instance, error) { return start(dir, cfg) })
 	if err != nil {
 		return nil, err
 	}
-	inst.refs = 1
-	registry.brokers[dir] = inst
 	return &Broker{inst: inst}, nil
 }
 
@@ -308,14 +294,9 @@ func (b *Broker) Dir() string { return b.inst.dir }
 func (b *Broker) Release() error {
 	var err error
 	b.released.Do(func() {
-		registry.Lock()
-		defer registry.Unlock()
-		b.inst.refs--
-		if b.inst.refs > 0 {
-			return
-		}
-		delete(registry.brokers, b.inst.dir)
-		err = b.inst.close()
+		// Closed under the registry's lock: a new broker on the directory
+		// must not open its file while this one still holds it.
+		err = brokers.ReleaseClose(b.inst.dir, b.inst, (*instance).close)
 	})
 	return err
 }

@@ -4,57 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
-// Verdict is what Claim found for a key.
-type Verdict int
+// Verdict is what Claim found for a key (one type for both ledgers).
+type Verdict = claims.Verdict
 
 const (
 	// Pass: the key is not applied; the caller holds a claim on it and must
 	// Commit, Apply or Release it.
-	Pass Verdict = iota
+	Pass = claims.Pass
 	// Duplicate: the key is applied with the same payload hash.
-	Duplicate
+	Duplicate = claims.Duplicate
 	// Conflict: the key is applied with a different payload hash — the
 	// producer reused an event ID for different content.
-	Conflict
+	Conflict = claims.Conflict
 )
-
-func (v Verdict) String() string {
-	switch v {
-	case Pass:
-		return "pass"
-	case Duplicate:
-		return "duplicate"
-	case Conflict:
-		return "conflict"
-	}
-	return fmt.Sprintf("verdict(%d)", int(v))
-}
 
 // ErrApplied is returned by SkipIfApplied inside a
 // transaction when the key is already applied: the writer must write
-// nothing for this message and report success.
-var ErrApplied = errors.New("ledger: key already applied")
+// nothing for this message and report success. It is the commit package's
+// sentinel (and the outbox's ErrSkip), so it passes through unchanged.
+var ErrApplied = commit.ErrAlreadyApplied
 
 // ErrInFlight means another copy of the key held its claim for longer than
 // the caller was willing to wait.
-var ErrInFlight = errors.New("another copy of this key is still in flight")
+var ErrInFlight = claims.ErrInFlight
 
 // ErrReleased is returned by Commit on a claim that was released.
 var ErrReleased = errors.New("ledger: claim was released")
-
-type claimState int
-
-const (
-	held claimState = iota
-	committed
-	released
-)
 
 // Claim is the right of one in-flight message to apply its key. It ends
 // exactly once: committed (the key is durably applied) or released (the
@@ -64,10 +47,7 @@ type Claim struct {
 	key  Key
 	enc  []byte
 	hash [32]byte
-	done chan struct{} // closed when the claim settles
-
-	mu    sync.Mutex
-	state claimState
+	hold *claims.Hold
 }
 
 // Claim looks key up and, if it is not applied, claims it for one message
@@ -80,78 +60,55 @@ func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Du
 	if err != nil {
 		return nil, 0, err
 	}
-	id := string(enc)
-	var timeout <-chan time.Time
-	for {
-		l.mu.Lock()
-		if l.isClosed() {
-			l.mu.Unlock()
-			return nil, 0, fmt.Errorf("dedup ledger file %s: %w", l.path, ErrClosed)
-		}
-		if other := l.inflight[id]; other != nil {
-			l.mu.Unlock()
-			if timeout == nil {
-				t := time.NewTimer(wait)
-				defer t.Stop()
-				timeout = t.C
-			}
-			select {
-			case <-other.done:
-				continue
-			case <-timeout:
-				return nil, 0, fmt.Errorf("dedup key %s: %w after waiting %s for it (the message fails and is retried): %w", key, ErrInFlight, wait, context.DeadlineExceeded)
-			case <-ctx.Done():
-				return nil, 0, fmt.Errorf("dedup key %s: waiting for another copy in flight: %w", key, ctx.Err())
-			case <-l.closing:
-				return nil, 0, fmt.Errorf("dedup ledger file %s: %w", l.path, ErrClosed)
-			}
-		}
-		// Claim before looking: a commit happens only under a claim, so no
-		// commit of this key can slip between the lookup and the claim.
-		c := &Claim{l: l, key: key, enc: enc, hash: hash, done: make(chan struct{})}
-		l.inflight[id] = c
-		l.mu.Unlock()
-
-		var stored [32]byte
-		applied := false
-		err := l.file.View(func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketKeys).Get(enc)
-			if v == nil {
-				return nil
-			}
-			_, h, err := decodeValue(enc, v)
-			if err != nil {
-				return l.damagedEntry(key, err)
-			}
-			stored, applied = h, true
-			return nil
-		})
-		if err != nil {
-			c.settle(released)
-			return nil, 0, fmt.Errorf("dedup ledger file %s: looking up key %s: %w", l.path, key, err)
-		}
-		if applied {
-			c.settle(released) // nothing to do; waiters look again and find it applied
-			if stored == hash {
-				return nil, Duplicate, nil
-			}
-			return nil, Conflict, nil
-		}
-		return c, Pass, nil
+	// Claim before looking: a commit happens only under a claim, so no
+	// commit of this key can slip between the lookup and the claim.
+	hold, err := l.claims.Take(ctx, string(enc), wait)
+	switch {
+	case errors.Is(err, claims.ErrInFlight):
+		return nil, 0, fmt.Errorf("dedup key %s: %w after waiting %s for it (the message fails and is retried): %w", key, ErrInFlight, wait, context.DeadlineExceeded)
+	case errors.Is(err, claims.ErrClosed):
+		return nil, 0, fmt.Errorf("dedup ledger file %s: %w", l.path, ErrClosed)
+	case err != nil:
+		return nil, 0, fmt.Errorf("dedup key %s: waiting for another copy in flight: %w", key, err)
 	}
+	c := &Claim{l: l, key: key, enc: enc, hash: hash, hold: hold}
+	var stored [32]byte
+	applied := false
+	err = l.file.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get(enc)
+		if v == nil {
+			return nil
+		}
+		_, h, err := decodeValue(enc, v)
+		if err != nil {
+			return l.damagedEntry(key, err)
+		}
+		stored, applied = h, true
+		return nil
+	})
+	if err != nil {
+		c.settle(claims.Released)
+		return nil, 0, fmt.Errorf("dedup ledger file %s: looking up key %s: %w", l.path, key, err)
+	}
+	if applied {
+		c.settle(claims.Released) // nothing to do; waiters look again and find it applied
+		if stored == hash {
+			return nil, Duplicate, nil
+		}
+		return nil, Conflict, nil
+	}
+	return c, Pass, nil
 }
 
 // Key returns the claimed key.
 func (c *Claim) Key() Key { return c.key }
 
 // Done is closed when the claim is committed or released.
-func (c *Claim) Done() <-chan struct{} { return c.done }
+func (c *Claim) Done() <-chan struct{} { return c.hold.Done() }
 
 // Committed reports whether the key was durably applied under this claim.
 func (c *Claim) Committed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state == committed
+	return c.hold.State() == claims.Committed
 }
 
 // Apply records the key inside tx, the transaction that writes the
@@ -167,13 +124,10 @@ func (c *Claim) Committed() bool {
 // written too. A real duplicate never reaches Apply: it is caught by Claim
 // and guarded by SkipIfApplied.
 func (c *Claim) Apply(tx *bolt.Tx) error {
-	c.mu.Lock()
-	st := c.state
-	c.mu.Unlock()
-	switch st {
-	case committed:
+	switch c.hold.State() {
+	case claims.Committed:
 		return nil // an earlier part committed the key
-	case released:
+	case claims.Released:
 		return fmt.Errorf("dedup key %s: its claim was released before the output wrote it (the message failed or timed out); the message is not written and will be retried", c.key)
 	}
 	existed, old, err := put(tx, c.enc, c.hash, time.Now())
@@ -192,7 +146,7 @@ func (c *Claim) Apply(tx *bolt.Tx) error {
 	tx.OnCommit(func() {
 		c.l.commits.Add(1)
 		c.l.keys.Add(1)
-		c.settle(committed)
+		c.settle(claims.Committed)
 	})
 	return nil
 }
@@ -200,13 +154,10 @@ func (c *Claim) Apply(tx *bolt.Tx) error {
 // Commit records the key in the ledger's own transaction, group-committed
 // with other keys, and returns once it is durable (fsync'd).
 func (c *Claim) Commit(ctx context.Context) error {
-	c.mu.Lock()
-	st := c.state
-	c.mu.Unlock()
-	switch st {
-	case committed:
+	switch c.hold.State() {
+	case claims.Committed:
 		return nil
-	case released:
+	case claims.Released:
 		return fmt.Errorf("dedup key %s: %w", c.key, ErrReleased)
 	}
 	return c.l.commit(ctx, c)
@@ -214,25 +165,10 @@ func (c *Claim) Commit(ctx context.Context) error {
 
 // Release gives the key up without applying it, so the next copy passes.
 // It does nothing to a committed claim: a durable effect cannot be undone.
-func (c *Claim) Release() bool { return c.settle(released) }
+func (c *Claim) Release() bool { return c.settle(claims.Released) }
 
 // settle ends the claim once; later calls do nothing and return false.
-func (c *Claim) settle(to claimState) bool {
-	c.mu.Lock()
-	if c.state != held {
-		c.mu.Unlock()
-		return false
-	}
-	c.state = to
-	c.mu.Unlock()
-	c.l.mu.Lock()
-	if c.l.inflight[string(c.enc)] == c {
-		delete(c.l.inflight, string(c.enc))
-	}
-	c.l.mu.Unlock()
-	close(c.done)
-	return true
-}
+func (c *Claim) settle(to claims.State) bool { return c.hold.Settle(to) }
 
 // SkipIfApplied returns a transaction participant for a message that is
 // already known to be a duplicate: inside the writer's transaction it
@@ -261,7 +197,5 @@ func (l *Ledger) SkipIfApplied(key Key, hash [32]byte) func(tx *bolt.Tx) error {
 
 // InFlight returns the number of keys claimed and not yet settled.
 func (l *Ledger) InFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.inflight)
+	return l.claims.Len()
 }

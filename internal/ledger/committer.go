@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
@@ -87,9 +88,9 @@ func (l *Ledger) commitBatch(batch []*commitReq) {
 		}
 		if r.err != nil {
 			// The stored entry is someone else's: this claim applied nothing.
-			r.c.settle(released)
+			r.c.settle(claims.Released)
 			continue
 		}
-		r.c.settle(committed)
+		r.c.settle(claims.Committed)
 	}
 }

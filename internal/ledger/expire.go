@@ -108,8 +108,5 @@ func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err erro
 }
 
 func (l *Ledger) claimed(enc []byte) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.inflight[string(enc)]
-	return ok
+	return l.claims.Held(string(enc))
 }

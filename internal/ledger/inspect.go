@@ -60,6 +60,14 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 
 // LookupIn reads key's entry inside tx.
 func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
+	return lookupIn(tx, path, key, func(err error) error {
+		return fmt.Errorf("dedup ledger file %s: key %s: %w", path, key, err)
+	})
+}
+
+// lookupIn is LookupIn with the error for an entry that fails its
+// checksum made by damaged.
+func lookupIn(tx *bolt.Tx, path string, key Key, damaged func(error) error) (Entry, error) {
 	keys, _, _, err := ledgerBuckets(tx, path)
 	if err != nil {
 		return Entry{}, err
@@ -74,7 +82,7 @@ func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
 	}
 	at, hash, err := decodeValue(k, v)
 	if err != nil {
-		return Entry{}, fmt.Errorf("dedup ledger file %s: key %s: %w", path, key, err)
+		return Entry{}, damaged(err)
 	}
 	return Entry{Applied: true, At: at, Hash: hash}, nil
 }

@@ -32,13 +32,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
 var (
@@ -114,10 +115,8 @@ type Ledger struct {
 	db   *bolt.DB
 	path string
 	opts Options
-	refs int // guarded by registryMu
 
-	mu       sync.Mutex
-	inflight map[string]*Claim // claimed, not yet settled
+	claims *claims.Table // keys claimed, not yet settled; closed with closing
 
 	keys    atomic.Int64
 	commits atomic.Int64
@@ -130,10 +129,8 @@ type Ledger struct {
 	closeErr      error
 }
 
-var (
-	registryMu sync.Mutex
-	registry   = map[string]*Ledger{}
-)
+// ledgers holds the process's open ledgers by file path.
+var ledgers registry.Registry[*Ledger]
 
 // Open opens the ledger in the bbolt file at path (creating its buckets),
 // or joins the one this process already has open. Every Open needs a Close.
@@ -146,33 +143,37 @@ func Open(path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening dedup ledger: %w", err)
 	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if l, ok := registry[f.Path()]; ok {
-		_ = f.Release() // the shared ledger keeps its own handle
+	joined := false
+	join := func(l *Ledger) error {
+		joined = true
 		if l.opts.Retention != opts.Retention {
-			return nil, fmt.Errorf("dedup ledger file %s is already open in this process with retention %s; every dedup_ledger on one file must use the same retention (asked for %s)", l.path, l.opts.Retention, opts.Retention)
+			return fmt.Errorf("dedup ledger file %s is already open in this process with retention %s; every dedup_ledger on one file must use the same retention (asked for %s)", l.path, l.opts.Retention, opts.Retention)
 		}
-		l.refs++
-		return l, nil
+		return nil
 	}
+	l, err := ledgers.Acquire(f.Path(), join, func() (*Ledger, error) { return open(f, opts) })
+	if joined || err != nil {
+		_ = f.Release() // a shared ledger keeps its own handle
+	}
+	return l, err
+}
+
+// open starts the ledger in the file f, which it then owns.
+func open(f *boltfile.File, opts Options) (*Ledger, error) {
 	l := &Ledger{
 		file:          f,
 		db:            f.DB(),
 		path:          f.Path(),
 		opts:          opts,
-		refs:          1,
-		inflight:      map[string]*Claim{},
 		reqs:          make(chan *commitReq),
 		closing:       make(chan struct{}),
 		committerDone: make(chan struct{}),
 		expirerDone:   make(chan struct{}),
 	}
+	l.claims = claims.New(l.closing)
 	if err := l.load(); err != nil {
-		_ = f.Release()
 		return nil, err
 	}
-	registry[l.path] = l
 	go l.commitLoop()
 	go l.expireLoop()
 	return l, nil
@@ -250,19 +251,9 @@ func (l *Ledger) Stats() Stats {
 // the expirer, releases every claim still held (their messages never
 // finished) and releases the file.
 func (l *Ledger) Close() error {
-	registryMu.Lock()
-	if l.refs <= 0 {
-		registryMu.Unlock()
-		return nil // already closed
+	if !ledgers.Release(l.path, l) {
+		return nil // other users remain, or already closed
 	}
-	l.refs--
-	if l.refs > 0 {
-		registryMu.Unlock()
-		return nil
-	}
-	delete(registry, l.path)
-	registryMu.Unlock()
-
 	close(l.closing)
 	timeout := time.After(closeTimeout)
 	for _, done := range []chan struct{}{l.committerDone, l.expirerDone} {
@@ -272,14 +263,8 @@ func (l *Ledger) Close() error {
 			return fmt.Errorf("dedup ledger file %s: a commit did not finish within %s; the file is left open", l.path, closeTimeout)
 		}
 	}
-	l.mu.Lock()
-	held := make([]*Claim, 0, len(l.inflight))
-	for _, c := range l.inflight {
-		held = append(held, c)
-	}
-	l.mu.Unlock()
-	for _, c := range held {
-		c.Release()
+	for _, h := range l.claims.Holds() {
+		h.Settle(claims.Released)
 	}
 	if err := l.file.Release(); err != nil {
 		return fmt.Errorf("closing dedup ledger: %w", err)
@@ -290,23 +275,13 @@ func (l *Ledger) Close() error {
 // Lookup reports whether key is applied, and with which payload hash. For
 // tests and tools; the pipeline uses Claim.
 func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err error) {
-	k, err := key.encode()
-	if err != nil {
-		return false, hash, at, err
-	}
+	var e Entry
 	err = l.file.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketKeys).Get(k)
-		if v == nil {
-			return nil
-		}
-		at, hash, err = decodeValue(k, v)
-		if err != nil {
-			return l.damagedEntry(key, err)
-		}
-		applied = true
-		return nil
+		var err error
+		e, err = lookupIn(tx, l.path, key, func(err error) error { return l.damagedEntry(key, err) })
+		return err
 	})
-	return applied, hash, at, err
+	return e.Applied, e.Hash, e.At, err
 }
 
 func (l *Ledger) isClosed() bool {

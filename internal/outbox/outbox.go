@@ -30,6 +30,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
 var (
@@ -43,8 +44,9 @@ var (
 )
 
 // ErrSkip, returned by a participant, means the entry's effect already
-// happened: nothing is appended and Append returns nil.
-var ErrSkip = errors.New("outbox: entry skipped by participant")
+// happened: nothing is appended and Append returns nil. It is the commit
+// package's sentinel, so a participant's answer reaches the outbox as is.
+var ErrSkip = commit.ErrAlreadyApplied
 
 // ErrEventIDConflict means the event ID is already pending with a different
 // topic or payload.

@@ -10,6 +10,11 @@
 //
 // SQLite (modernc.org/sqlite, no cgo) and PostgreSQL (pgx) share all code
 // through database/sql; the differences live in dialect.go.
+//
+// Pool (pool.go) is the process's one handle per table: its workers group
+// concurrent requests into transactions, and its claims stop two local
+// copies of a key from passing at once. statements.go checks configured
+// statements for transaction control.
 package sqlledger
 
 import (
@@ -186,19 +191,27 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) createSchema(ctx context.Context) error {
-	create := func(q string) error {
-		// Two processes creating the same table at once can collide in
-		// PostgreSQL's catalog (unique violation); the next try sees the
-		// table and does nothing.
-		var err error
-		for range 3 {
-			if _, err = s.db.ExecContext(ctx, q); err == nil {
-				return nil
-			}
+// setupAttempts bounds ExecSetup's tries.
+const setupAttempts = 3
+
+// ExecSetup runs one setup statement (e.g. CREATE TABLE IF NOT EXISTS) on
+// its own, outside any transaction. Two processes creating the same object
+// at once can collide in PostgreSQL's catalog (unique violation) even with
+// IF NOT EXISTS; the next try sees the object and does nothing. So a
+// failing statement is tried up to setupAttempts times, and the last error
+// is returned.
+func (s *Store) ExecSetup(ctx context.Context, q string) error {
+	var err error
+	for range setupAttempts {
+		if _, err = s.db.ExecContext(ctx, q); err == nil || ctx.Err() != nil {
+			return err
 		}
-		return err
 	}
+	return err
+}
+
+func (s *Store) createSchema(ctx context.Context) error {
+	create := func(q string) error { return s.ExecSetup(ctx, q) }
 	if err := create(fmt.Sprintf(s.d.createSQL, s.table)); err != nil {
 		return fmt.Errorf("create ledger table %s: %w", s.cfg.Table, err)
 	}

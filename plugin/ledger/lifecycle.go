@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
@@ -196,16 +195,7 @@ func (p *processor) pass(ctx context.Context, msg *service.Message, claim *ledge
 	if err := hooks.Register(p.onDelivered(claim)); err != nil {
 		return nil, fmt.Errorf("dedup key %s: %w", claim.Key(), err)
 	}
-	ctx2 := commit.WithParticipant(msg.Context(), commit.Participant{
-		Path: p.l.Path(),
-		Run: func(tx *bolt.Tx) error {
-			err := claim.Apply(tx)
-			if errors.Is(err, ledger.ErrApplied) {
-				return commit.ErrAlreadyApplied
-			}
-			return err
-		},
-	})
+	ctx2 := commit.WithParticipant(msg.Context(), claim.Participant())
 	p.m.passed.Incr(1)
 	return msg.WithContext(ctx2), nil
 }
@@ -242,17 +232,7 @@ func (p *processor) onDelivered(claim *ledger.Claim) commit.DeliveryHook {
 // that stops a writer on the ledger's file from storing it again.
 func (p *processor) duplicate(msg *service.Message, key ledger.Key, hash [32]byte) *service.Message {
 	if p.s.flag {
-		skip := p.l.SkipIfApplied(key, hash)
-		msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
-			Path: p.l.Path(),
-			Run: func(tx *bolt.Tx) error {
-				if err := skip(tx); errors.Is(err, ledger.ErrApplied) {
-					return commit.ErrAlreadyApplied
-				} else {
-					return err
-				}
-			},
-		}))
+		msg = msg.WithContext(commit.WithParticipant(msg.Context(), p.l.SkipParticipant(key, hash)))
 	}
 	return p.common.duplicate(msg, key)
 }
@@ -260,12 +240,7 @@ func (p *processor) duplicate(msg *service.Message, key ledger.Key, hash [32]byt
 // fail flags msg with err, and makes a writer on the ledger's file refuse
 // it, so a message the ledger could not check is never enqueued unchecked.
 func (p *processor) fail(msg *service.Message, err error) *service.Message {
-	msg = msg.WithContext(commit.WithParticipant(msg.Context(), commit.Participant{
-		Path: p.l.Path(),
-		Run: func(*bolt.Tx) error {
-			return fmt.Errorf("dedup_ledger failed for this message, so it is not stored: %w", err)
-		},
-	}))
+	msg = msg.WithContext(commit.WithParticipant(msg.Context(), p.l.RefuseParticipant(err)))
 	return p.common.fail(msg, err)
 }
 

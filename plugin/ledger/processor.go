@@ -1,6 +1,9 @@
 // Package ledger is the dedup_ledger processor: it passes the first copy of
 // each event key and drops (or flags) later copies, recording a key as
 // applied only when the message's effect is committed.
+//
+// It holds the Benthos glue only (spec, settings, metrics, lifecycle): the
+// bbolt ledger is internal/ledger and the SQL ledger internal/sqlledger.
 package ledger
 
 import (

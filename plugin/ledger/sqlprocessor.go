@@ -14,6 +14,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -31,7 +32,7 @@ import (
 //     the key in the delivery hook when the pipeline acks, release on nack.
 type sqlProcessor struct {
 	common
-	sh *sharedStore
+	sh *sqlledger.Pool
 }
 
 func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlProcessor, error) {
@@ -48,7 +49,10 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 	m := newMetrics(mgr, s)
 	log := mgr.Logger()
 	// Open is bounded by connect_timeout; Benthos gives constructors no context.
-	sh, err := openShared(context.Background(), s.sql, s.retention, func(n int64) { m.keys.Set(n) }, log.Errorf)
+	sh, err := sqlledger.OpenPool(context.Background(), sqlledger.PoolConfig{
+		Config: s.sql.cfg, Init: s.sql.init, MaxBatch: s.sql.maxBatch, Retention: s.retention,
+		OnKeys: func(n int64) { m.keys.Set(n) }, Logf: log.Errorf,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -74,15 +78,15 @@ func (p *sqlProcessor) ProcessBatch(ctx context.Context, batch service.MessageBa
 // for each outcome. A message moves on only after its commit.
 func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
 	results := make([]*service.Message, len(batch)) // nil: dropped
-	reqs := make([]*sqlReq, len(batch))
+	reqs := make([]*sqlledger.Request, len(batch))
 	for i, msg := range batch {
 		entry, err := p.entryFor(batch, i)
 		if err != nil {
 			results[i] = p.fail(msg, err)
 			continue
 		}
-		req := &sqlReq{entry: entry, done: make(chan sqlledger.Outcome, 1)}
-		if err := p.sh.submit(ctx, req); err != nil {
+		req := sqlledger.NewRequest(entry, false)
+		if err := p.sh.Submit(ctx, req); err != nil {
 			results[i] = p.fail(msg, fmt.Errorf("dedup key %s: %w", entry.Key, err))
 			continue
 		}
@@ -93,20 +97,20 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 			continue
 		}
 		msg := batch[i]
-		o := p.sh.wait(ctx, req)
+		o := p.sh.Wait(ctx, req)
 		switch {
 		case o.Err != nil:
-			results[i] = p.fail(msg, fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", req.entry.Key, o.Err))
+			results[i] = p.fail(msg, fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", req.Entry().Key, o.Err))
 		case o.Inserted:
 			// Committed, not yet acknowledged: the crash window of seed 001.
 			failpoint.Hit(failpoint.SQLCommitted)
 			p.m.commits.Incr(1)
 			p.m.passed.Incr(1)
 			results[i] = msg
-		case len(o.ExistingHash) > 0 && !bytes.Equal(o.ExistingHash, req.entry.Hash):
-			results[i] = p.conflict(msg, req.entry.Key)
+		case len(o.ExistingHash) > 0 && !bytes.Equal(o.ExistingHash, req.Entry().Hash):
+			results[i] = p.conflict(msg, req.Entry().Key)
 		default:
-			results[i] = p.duplicate(msg, req.entry.Key)
+			results[i] = p.duplicate(msg, req.Entry().Key)
 		}
 	}
 	out := make(service.MessageBatch, 0, len(batch))
@@ -196,22 +200,22 @@ func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatc
 			}
 			continue
 		}
-		claim, v, err := p.sh.claim(ctx, key, hash[:], p.s.waitTimeout)
+		claim, v, err := p.sh.Claim(ctx, key, hash[:], p.s.waitTimeout)
 		switch {
 		case err != nil:
 			out = append(out, p.fail(msg, fmt.Errorf("dedup_ledger: checking key %s: %w", key, err)))
 			continue
-		case v == verdictDuplicate:
+		case v == claims.Duplicate:
 			if m := p.duplicate(msg, key); m != nil {
 				out = append(out, m)
 			}
 			continue
-		case v == verdictConflict:
+		case v == claims.Conflict:
 			out = append(out, p.conflict(msg, key))
 			continue
 		}
 		if err := p.arrangeRecord(ctx, msg, claim, hash[:]); err != nil {
-			claim.settle()
+			claim.Settle()
 			p.m.releases.Incr(1)
 			out = append(out, p.fail(msg, err))
 			continue
@@ -225,26 +229,26 @@ func (p *sqlProcessor) claimBatch(ctx context.Context, batch service.MessageBatc
 
 // arrangeRecord records the key now (commit: immediate) or registers the
 // delivery hook that records it when the pipeline acknowledges.
-func (p *sqlProcessor) arrangeRecord(ctx context.Context, msg *service.Message, claim *sqlClaim, hash []byte) error {
+func (p *sqlProcessor) arrangeRecord(ctx context.Context, msg *service.Message, claim *sqlledger.Claim, hash []byte) error {
 	record := func(ctx context.Context) error {
-		o := p.sh.do(ctx, &sqlReq{entry: sqlledger.Entry{Key: claim.key, Hash: hash}, record: true, done: make(chan sqlledger.Outcome, 1)})
+		o := p.sh.Do(ctx, sqlledger.NewRequest(sqlledger.Entry{Key: claim.Key(), Hash: hash}, true))
 		return o.Err
 	}
 	if p.s.immediate {
 		err := record(ctx)
-		claim.settle()
+		claim.Settle()
 		if err != nil {
-			return fmt.Errorf("dedup_ledger: recording key %s: %w", claim.key, err)
+			return fmt.Errorf("dedup_ledger: recording key %s: %w", claim.Key(), err)
 		}
 		p.m.commits.Incr(1)
 		return nil
 	}
 	hooks := commit.HooksFrom(msg.Context())
 	if hooks == nil {
-		return fmt.Errorf("dedup key %s: %w", claim.key, errNoHooksSQL)
+		return fmt.Errorf("dedup key %s: %w", claim.Key(), errNoHooksSQL)
 	}
 	return hooks.Register(func(ctx context.Context, result error) error {
-		defer claim.settle()
+		defer claim.Settle()
 		if result != nil {
 			p.m.releases.Incr(1)
 			return nil
@@ -253,7 +257,7 @@ func (p *sqlProcessor) arrangeRecord(ctx context.Context, msg *service.Message, 
 			p.m.releases.Incr(1)
 			// Failing the hook keeps the source unacknowledged: redelivered,
 			// the copy passes again.
-			return fmt.Errorf("dedup_ledger: recording key %s failed, the message is not acknowledged and will be redelivered: %w", claim.key, err)
+			return fmt.Errorf("dedup_ledger: recording key %s failed, the message is not acknowledged and will be redelivered: %w", claim.Key(), err)
 		}
 		p.m.commits.Incr(1)
 		return nil
@@ -291,5 +295,5 @@ func (p *sqlProcessor) keyAndHash(batch service.MessageBatch, i int) (sqlledger.
 // Close gives back this thread's share of the store; the last one closes
 // the pool (bounded inside release).
 func (p *sqlProcessor) Close(ctx context.Context) error {
-	return p.closeOnceWithin(ctx, 20*time.Second, "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.release)
+	return p.closeOnceWithin(ctx, 20*time.Second, "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.Release)
 }

@@ -1,0 +1,329 @@
+package sqlledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
+)
+
+// Pool is one SQL ledger table used by every dedup_ledger thread (and
+// every processor) of this process that names it. Sharing matters: the
+// in-process claims must be one map, and SQLite wants one writer pool.
+//
+// Its workers group concurrent requests into transactions. A request is
+// answered only after its transaction committed or failed, so a message
+// never moves on before its effect (or its key) is durable.
+type Pool struct {
+	id       string
+	settings string // what every processor sharing the store must agree on
+	store    *Store
+	reqs     chan *Request
+	max      int // requests per transaction
+
+	claims *claims.Table // never closed: the pool's users are gone when it closes
+
+	stop    context.CancelFunc
+	ctx     context.Context // ends when the last user closes
+	workers sync.WaitGroup
+}
+
+// Request is one message's work for a worker: apply (entry with statements)
+// or record (the key only, its effect committed elsewhere).
+type Request struct {
+	entry  Entry
+	record bool
+	done   chan Outcome // buffered 1
+}
+
+// NewRequest returns the work of one message: with record, the key only
+// (its effect is committed elsewhere); otherwise the key and the entry's
+// statements in one transaction.
+func NewRequest(entry Entry, record bool) *Request {
+	return &Request{entry: entry, record: record, done: make(chan Outcome, 1)}
+}
+
+// Entry returns what the request carries.
+func (r *Request) Entry() Entry { return r.entry }
+
+// pools holds the process's pools by driver, DSN and table.
+var pools registry.Registry[*Pool]
+
+// PoolConfig is what OpenPool needs besides the connection.
+type PoolConfig struct {
+	Config
+	Init      []string      // statements run once when the pool opens
+	MaxBatch  int           // requests per transaction
+	Retention time.Duration // 0: keys are kept
+	OnKeys    func(int64)   // the row count, after each expiry round
+	Logf      func(string, ...any)
+}
+
+// OpenPool returns the process's handle on the table, opening it (and
+// running init) on first use. Every call needs a Release.
+func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
+	id := string(pc.Config.Driver) + "\x00" + pc.Config.DSN + "\x00" + pc.Config.Table
+	// The first processor's pool, batching, retention and init statements
+	// serve them all, so a second one must not expect others.
+	settings := fmt.Sprintf("%+v|%d|%s|%q", pc.Config, pc.MaxBatch, pc.Retention, pc.Init)
+	join := func(sh *Pool) error {
+		if sh.settings != settings {
+			return fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", pc.Config.Table, pc.Config.Driver)
+		}
+		return nil
+	}
+	return pools.Acquire(id, join, func() (*Pool, error) { return openPool(ctx, id, settings, pc) })
+}
+
+// openPool opens the table, runs init and starts the workers.
+func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, error) {
+	st, err := Open(ctx, pc.Config)
+	if err != nil {
+		return nil, fmt.Errorf("dedup_ledger: %w", err)
+	}
+	for i, q := range pc.Init {
+		if err := st.ExecSetup(ctx, q); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("dedup_ledger: sql.init_statements[%d] (%q) failed: %w", i, q, err)
+		}
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	sh := &Pool{
+		id: id, settings: settings, store: st, reqs: make(chan *Request, 4*pc.MaxBatch), max: pc.MaxBatch,
+		claims: claims.New(nil), ctx: wctx, stop: stop,
+	}
+	// One worker per connection: more could only queue for a connection.
+	workers := st.DB().Stats().MaxOpenConnections
+	if workers <= 0 {
+		workers = 8
+	}
+	for range workers {
+		sh.workers.Add(1)
+		go sh.work()
+	}
+	if pc.Retention > 0 {
+		sh.workers.Add(1)
+		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
+	}
+	return sh, nil
+}
+
+// Release drops one reference; the last one stops the workers (bounded)
+// and closes the pool.
+func (sh *Pool) Release() error {
+	if !pools.Release(sh.id, sh) {
+		return nil
+	}
+	sh.stop()
+	done := make(chan struct{})
+	go func() { sh.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		return errors.New("dedup_ledger: closing the SQL ledger: transactions still running after 15s")
+	}
+	return sh.store.Close()
+}
+
+// submit queues a request; the answer arrives on req.done.
+func (sh *Pool) Submit(ctx context.Context, req *Request) error {
+	select {
+	case sh.reqs <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sh.ctx.Done():
+		return errors.New("dedup_ledger: the SQL ledger is closing")
+	}
+}
+
+// do submits one request and waits for its outcome.
+func (sh *Pool) Do(ctx context.Context, req *Request) Outcome {
+	if err := sh.Submit(ctx, req); err != nil {
+		return Outcome{Err: err}
+	}
+	return sh.Wait(ctx, req)
+}
+
+// wait returns the outcome of a submitted request. If ctx ends first the
+// message fails; the transaction may still commit, and then the
+// redelivered copy finds the ledger row.
+func (sh *Pool) Wait(ctx context.Context, req *Request) Outcome {
+	select {
+	case o := <-req.done:
+		return o
+	case <-ctx.Done():
+		return Outcome{Err: fmt.Errorf("gave up waiting for the transaction of %s: %w (if it commits, the redelivered copy is recognised)", req.entry.Key, ctx.Err())}
+	case <-sh.ctx.Done():
+		// Closing: the workers may be gone. Failing is safe for the same
+		// reason as above.
+		select {
+		case o := <-req.done:
+			return o
+		default:
+			return Outcome{Err: fmt.Errorf("the SQL ledger closed before the transaction of %s finished (if it committed, the redelivered copy is recognised)", req.entry.Key)}
+		}
+	}
+}
+
+// work takes whatever requests are queued (up to max) and runs them as one
+// transaction.
+func (sh *Pool) work() {
+	defer sh.workers.Done()
+	for {
+		var batch []*Request
+		select {
+		case <-sh.ctx.Done():
+			return
+		case r := <-sh.reqs:
+			batch = append(batch, r)
+		}
+	fill:
+		for len(batch) < sh.max {
+			select {
+			case r := <-sh.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		sh.run(batch)
+	}
+}
+
+// run commits one group: records first (one multi-row transaction), then
+// applies (one transaction, a savepoint each).
+func (sh *Pool) run(batch []*Request) {
+	// The requests' own contexts may end while we work; the transaction is
+	// bounded by the store's retries and stopped only at close.
+	ctx := sh.ctx
+	var records, applies []*Request
+	for _, r := range batch {
+		if r.record {
+			records = append(records, r)
+		} else {
+			applies = append(applies, r)
+		}
+	}
+	if len(records) > 0 {
+		keys := make([]Key, len(records))
+		hashes := make([][]byte, len(records))
+		for i, r := range records {
+			keys[i], hashes[i] = r.entry.Key, r.entry.Hash
+		}
+		ins, err := sh.store.Record(ctx, keys, hashes)
+		for i, r := range records {
+			if err != nil {
+				r.done <- Outcome{Err: err}
+			} else {
+				r.done <- Outcome{Result: Result{Inserted: ins[i]}}
+			}
+		}
+	}
+	switch len(applies) {
+	case 0:
+	case 1:
+		r := applies[0]
+		res, err := sh.store.Apply(ctx, r.entry.Key, r.entry.Hash, r.entry.Stmts)
+		r.done <- Outcome{Result: res, Err: err}
+	default:
+		entries := make([]Entry, len(applies))
+		for i, r := range applies {
+			entries[i] = r.entry
+		}
+		outs, err := sh.store.ApplyBatch(ctx, entries)
+		for i, r := range applies {
+			if err != nil {
+				r.done <- Outcome{Err: err}
+			} else {
+				r.done <- outs[i]
+			}
+		}
+	}
+}
+
+// expireLoop deletes rows older than retention now and then, in small
+// batches, and reports the row count.
+func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf func(string, ...any)) {
+	defer sh.workers.Done()
+	every := min(max(retention/4, time.Second), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cutoff := time.Now().Add(-retention)
+		for range 64 { // bounded per round; the next tick continues
+			n, err := sh.store.Expire(sh.ctx, cutoff, DefaultExpireLimit)
+			if err != nil {
+				if sh.ctx.Err() == nil {
+					logf("dedup_ledger: expiring old keys: %v", err)
+				}
+				break
+			}
+			if n < DefaultExpireLimit {
+				break
+			}
+		}
+		if n, err := sh.store.Count(sh.ctx); err == nil {
+			onKeys(n)
+		}
+		select {
+		case <-sh.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Claim is an in-process claim on a key that is not in the table yet,
+// held by the one message copy that passed, until its hook records the key
+// or releases it. It stops a second local copy from passing meanwhile.
+// (Copies at other processes are not seen: without apply, two instances
+// can both pass one key at the same instant; see the docs.)
+type Claim struct {
+	key  Key
+	hold *claims.Hold
+}
+
+// Claim returns a claim on key, or the verdict that key is applied
+// (duplicate, or conflict when its hash differs). It waits up to wait for
+// a local copy in flight.
+func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, claims.Verdict, error) {
+	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.Key, wait)
+	switch {
+	case errors.Is(err, claims.ErrInFlight):
+		return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, claims.ErrInFlight, wait)
+	case err != nil:
+		return nil, 0, err
+	}
+	c := &Claim{key: key, hold: hold}
+	stored, found, err := sh.store.Lookup(ctx, key)
+	if err != nil || found {
+		c.Settle()
+	}
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case found && len(stored) > 0 && string(stored) != string(hash):
+		return nil, claims.Conflict, nil
+	case found:
+		return nil, claims.Duplicate, nil
+	}
+	return c, claims.Pass, nil
+}
+
+// Key returns the claimed key.
+func (c *Claim) Key() Key { return c.key }
+
+// Settle ends the claim (after the key was recorded, or to release it);
+// waiters then look the key up again. The SQL ledger reads its table, not
+// how a claim settled.
+func (c *Claim) Settle() { c.hold.Settle(claims.Released) }
+
+// Store returns the table the pool writes (for inspection; writes go
+// through requests).
+func (sh *Pool) Store() *Store { return sh.store }
