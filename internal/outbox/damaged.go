@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -122,21 +123,42 @@ func (o *Outbox) upgradeRecords() error {
 
 // checkCount compares the records in the file with the stored counter: a
 // damaged page can drop records without any read failing (a leaf's element
-// count lowered). It counts every record: run at open only after the
-// file's structure was verified (Read runs the same check when it reaches
-// the end of the queue).
+// count lowered). It walks every record: run at open only after the file's
+// structure was verified (Read runs the same check when it reaches the end
+// of the queue).
 func (o *Outbox) checkCount() error {
 	return o.file.View(func(tx *bolt.Tx) error {
-		return checkKeyCount(o.path, tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
+		return checkKeys(o.path, tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
 	})
 }
 
-func checkKeyCount(path string, records, meta *bolt.Bucket) error {
+// checkKeys walks the whole queue, in one pass checking that its keys are
+// in order and that there are at least as many as the counter says. Order
+// is checked over the whole queue, not just what a reader walked: a damaged
+// key that sorts below its neighbours can be jumped over by a seek's binary
+// search, and would stay pending, never read and never reported.
+func checkKeys(path string, records, meta *bolt.Bucket) error {
 	want := boltfile.Uint64(meta, keyPending)
-	if have := uint64(records.Stats().KeyN); have < want {
+	var have uint64
+	var prev []byte
+	c := records.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return outOfOrder(path, k, prev)
+		}
+		prev = k
+		have++
+	}
+	if have < want {
 		return &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but only %d are in the file: %d records were lost to damage", want, have, want-have)}
 	}
 	return nil
+}
+
+// outOfOrder reports keys out of order: a damaged page, on which seeks miss
+// records and a record cannot be found again to move it aside.
+func outOfOrder(path string, k, prev []byte) error {
+	return &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("outbox keys out of order (%x after %x): a page of records is damaged", k, prev)}
 }
 
 func (o *Outbox) reportDamaged(d DamagedRecord) {

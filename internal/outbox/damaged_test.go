@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -265,4 +266,74 @@ func TestUnreadableRecordOfAnOldOutboxIsMovedAsideByTheUpgrade(t *testing.T) {
 	if st := o.Stats(); st.Damaged != 1 || st.Pending != 2 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestAKeyDamagedToSortBeforeTheReaderIsRefused: a damaged key that sorts
+// below its neighbours can be jumped over by the binary search of a later
+// Read's seek. The counter still matches the number of keys, so without a
+// check of the whole queue's order the reader would find nothing more,
+// report no error, and the record would stay pending for ever.
+func TestAKeyDamagedToSortBeforeTheReaderIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.db")
+	o := openT(t, path, Options{})
+	const n = 15
+	for i := range n {
+		appendT(t, o, fmt.Sprintf("e%d", i), "t", strings.Repeat("p", 100))
+	}
+	var root, pageSize int64
+	if err := o.db.View(func(tx *bolt.Tx) error {
+		root, pageSize = int64(tx.Bucket(bucketRecords).Root()), int64(o.db.Info().PageSize)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The records fit one leaf page (header: id 8, flags 2, count 2,
+	// overflow 4; then elements: flags, pos, ksize, vsize, 4 bytes each,
+	// pos counted from the element).
+	pg := b[root*pageSize : (root+1)*pageSize]
+	if flags, count := binary.LittleEndian.Uint16(pg[8:]), binary.LittleEndian.Uint16(pg[10:]); root == 0 || flags != 0x02 || count != n {
+		t.Fatalf("the records are not on one leaf page (root %d, flags %#x, %d elements)", root, flags, count)
+	}
+	const at = 9 // holds seq 10
+	elem := 16 + at*16
+	pos := elem + int(binary.LittleEndian.Uint32(pg[elem+4:]))
+	copy(pg[pos:pos+8], seqKey(0))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	o2 := openT(t, path, Options{Verify: boltfile.VerifyNever})
+	// Drain as the sender does: read on from the last seq read, remove
+	// what was read (as if confirmed).
+	var after uint64
+	for i := 0; i < 2*n; i++ {
+		max := 9
+		if i > 0 {
+			max = 100
+		}
+		recs, err := o2.Read(after, max)
+		if err != nil {
+			if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "out of order") {
+				t.Fatalf("the read failed without naming the damage: %v", err)
+			}
+			return
+		}
+		if len(recs) == 0 {
+			t.Fatalf("the reader found nothing more, with no error, with %d records pending", o2.Stats().Pending)
+		}
+		for _, r := range recs {
+			if err := o2.Remove(r.Seq); err != nil {
+				t.Fatal(err)
+			}
+			after = r.Seq
+		}
+	}
+	t.Fatal("the drain did not end")
 }

@@ -349,10 +349,8 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 		var prev []byte
 		k, v := c.Seek(seqKey(afterSeq + 1))
 		for ; k != nil && len(out) < max; k, v = c.Next() {
-			// Keys out of order mean a damaged page: seeks then miss
-			// records, and a record cannot be found again to move it aside.
 			if prev != nil && bytes.Compare(k, prev) <= 0 {
-				return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("outbox keys out of order (%x after %x): a page of records is damaged", k, prev)}
+				return outOfOrder(o.path, k, prev)
 			}
 			prev = k
 			view, err := decodeRecord(k, v, false)
@@ -364,9 +362,10 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 		}
 		if k == nil {
 			// At the end the bucket is small (what is in flight), so
-			// counting it is cheap: fewer records than the counter says
-			// were dropped from a damaged page without a read failing.
-			return checkKeyCount(o.path, records, tx.Bucket(bucketMeta))
+			// walking it is cheap: fewer records than the counter says
+			// were dropped from a damaged page without a read failing, and
+			// a key out of order anywhere may have been skipped by a seek.
+			return checkKeys(o.path, records, tx.Bucket(bucketMeta))
 		}
 		return nil
 	})
