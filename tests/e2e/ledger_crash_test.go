@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,13 @@ func seedRun(t *testing.T, withLedger bool) (enqueued uint64, published int, key
 	// The consumer reconnects to its session; the broker redelivers.
 	proxy.Restore()
 	ledgerSentinel(t, m.URL(), sub, "sentinel", 30*time.Second)
+	// The subscriber has the sentinel; its record leaves the outbox once the
+	// PUBACK's removal commits, which a stop could otherwise overtake. A
+	// stats line logged after the receipt that shows 0 pending says so.
+	seen := len(p2.RunLog())
+	harness.Eventually(t, 20*time.Second, "the sentinel's record to leave the outbox", func() bool {
+		return strings.Contains(lastStatsLine(p2.RunLog()[seen:]), "; 0 pending (")
+	})
 	if err := p2.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
