@@ -22,6 +22,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
@@ -234,12 +235,17 @@ func Start(cfg Config, h Handlers, opts Options) (*Client, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	// The embedded broker logs through this component's logger.
+	var eo []embedded.Option
+	if opts.Logger != nil {
+		eo = append(eo, embedded.WithLog(benthoslog.Handler(opts.Logger)))
+	}
 	for _, raw := range cfg.URLs {
 		if !embedded.IsEmbedded(raw) {
 			c.brokerURLs = append(c.brokerURLs, raw)
 			continue
 		}
-		b, err := embedded.Acquire(raw)
+		b, err := embedded.Acquire(raw, eo...)
 		if err != nil {
 			c.releaseEmbedded()
 			return nil, fmt.Errorf("start embedded broker %q: %w", raw, err)
