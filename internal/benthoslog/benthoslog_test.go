@@ -1,12 +1,10 @@
 package benthoslog_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +13,14 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
-// syncBuffer is written by broker goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
+// records parses the JSON lines written so far.
+func records(t *testing.T, buf *harness.LogBuffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -50,7 +36,7 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 // The embedded broker's lines go through the Benthos logger it was given, in
 // that logger's format, and a client with keepalive 0 is not a warning.
 func TestEmbeddedBrokerLogsThroughBenthosLogger(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &harness.LogBuffer{}
 	log := service.NewLoggerFromSlog(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	b, err := embedded.Acquire("embedded://?dir="+t.TempDir(), embedded.WithLog(benthoslog.Handler(log)))
@@ -69,7 +55,7 @@ func TestEmbeddedBrokerLogsThroughBenthosLogger(t *testing.T) {
 	var started, keepalive map[string]any
 	deadline := time.Now().Add(15 * time.Second)
 	for keepalive == nil && time.Now().Before(deadline) {
-		for _, r := range buf.records(t) {
+		for _, r := range records(t, buf) {
 			switch r["msg"] {
 			case "embedded broker started":
 				started = r
@@ -80,13 +66,13 @@ func TestEmbeddedBrokerLogsThroughBenthosLogger(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if started == nil {
-		t.Fatalf("no 'embedded broker started' line through the given logger; got:\n%v", buf.records(t))
+		t.Fatalf("no 'embedded broker started' line through the given logger; got:\n%v", records(t, buf))
 	}
 	if started["component"] != "embedded_broker" || started["level"] != "INFO" {
 		t.Fatalf("started line lost its attributes or level: %v", started)
 	}
 	if keepalive == nil {
-		t.Fatalf("no keepalive line for the keepalive-0 client at debug level; got:\n%v", buf.records(t))
+		t.Fatalf("no keepalive line for the keepalive-0 client at debug level; got:\n%v", records(t, buf))
 	}
 	if keepalive["level"] != "DEBUG" || fmt.Sprint(keepalive["keepalive"]) != "0" {
 		t.Fatalf("keepalive-0 client logged as %v, want DEBUG with keepalive=0", keepalive)
