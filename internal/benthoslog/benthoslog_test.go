@@ -78,3 +78,20 @@ func TestEmbeddedBrokerLogsThroughBenthosLogger(t *testing.T) {
 		t.Fatalf("keepalive-0 client logged as %v, want DEBUG with keepalive=0", keepalive)
 	}
 }
+
+// The configured level applies to the broker's lines: a logger at WARN
+// shows none of its startup lines.
+func TestEmbeddedBrokerFollowsConfiguredLevel(t *testing.T) {
+	buf := &harness.LogBuffer{}
+	log := service.NewLoggerFromSlog(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b, err := embedded.Acquire("embedded://?dir="+t.TempDir(), embedded.WithLog(benthoslog.Handler(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Contains("embedded broker started") {
+		t.Fatalf("an info line passed a WARN-level logger:\n%s", buf.String())
+	}
+}

@@ -15,8 +15,7 @@ import (
 	"time"
 )
 
-// Message is one received PUBLISH (mqttclient.Message satisfies it; Conn is
-// a subset of mqttclient.Conn).
+// Message is one received PUBLISH (mqttclient.Message satisfies it).
 type Message interface {
 	Topic() string
 	Qos() byte
@@ -29,7 +28,8 @@ type Message interface {
 }
 
 // Conn is one network connection of the client. Distinct connections are
-// distinct values (a pointer), so a Conn can key a map.
+// distinct values (a pointer), so a Conn can key a map. mqttclient.Conn
+// satisfies it.
 type Conn interface {
 	// Alive reports whether the connection has not been lost.
 	Alive() bool

@@ -550,7 +550,7 @@ func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
 	defer cancel()
-	var conn inbox.Conn = d.Conn()
+	conn := d.Conn() // the connection the message arrived on
 	if d.Msg.Qos() == 0 {
 		i.mu.Lock()
 		client := i.client
