@@ -102,7 +102,19 @@ type Config struct {
 	ACL         string // per-user topic rights for listen clients; empty = all
 	TLSCert     string // certificate and key of the listen listener
 	TLSKey      string
+
+	// Log receives the broker's log records; nil = warnings and errors to
+	// stderr. Not part of the URL: the component that starts the broker
+	// passes its own logger (WithLog), so level and format follow its config.
+	Log slog.Handler
 }
+
+// Option adjusts an Acquire beyond what the URL says.
+type Option func(*Config)
+
+// WithLog sends the broker's log records to h. A broker shared by several
+// components logs through the handler of the one that started it.
+func WithLog(h slog.Handler) Option { return func(c *Config) { c.Log = h } }
 
 // IsEmbedded reports whether rawURL selects the embedded broker.
 func IsEmbedded(rawURL string) bool {
@@ -184,35 +196,21 @@ func ParseURL(rawURL string) (Config, error) {
 	return cfg, nil
 }
 
-var (
-	loggerMu sync.Mutex
-	logger   = defaultLogger()
-)
-
-// defaultLogger shows warnings and errors only: mochi reports dropped
+// defaultLog shows warnings and errors only: mochi reports dropped
 // messages as warnings, and those must not pass silently.
-func defaultLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+func defaultLog() slog.Handler {
+	return slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
 }
 
-// SetLogger sets the logger that brokers started afterwards use; nil
-// restores the default (warnings and errors to stderr).
-func SetLogger(l *slog.Logger) {
-	if l == nil {
-		l = defaultLogger()
-	}
-	loggerMu.Lock()
-	logger = l
-	loggerMu.Unlock()
-}
+// quietNoise lowers two kinds of mochi warnings to debug, so the default
+// level shows real problems such as dropped messages: the message-less
+// listener warning logged for every client connection that ends with an
+// error (e.g. at shutdown), and the low-keepalive warning for a client with
+// keepalive 0, which disables keepalive on purpose.
+type quietNoise struct{ slog.Handler }
 
-// connErrorsAsDebug lowers mochi's message-less listener warnings (one per
-// client connection that ends with an error, e.g. at shutdown) to debug, so
-// the default level shows real problems such as dropped messages.
-type connErrorsAsDebug struct{ slog.Handler }
-
-func (h connErrorsAsDebug) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "" && r.Level == slog.LevelWarn {
+func (h quietNoise) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && (r.Message == "" || isKeepaliveOff(r)) {
 		r.Level = slog.LevelDebug
 	}
 	if !h.Handler.Enabled(ctx, r.Level) {
@@ -221,18 +219,27 @@ func (h connErrorsAsDebug) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h connErrorsAsDebug) WithAttrs(as []slog.Attr) slog.Handler {
-	return connErrorsAsDebug{h.Handler.WithAttrs(as)}
+func isKeepaliveOff(r slog.Record) bool {
+	if r.Message != mqtt.ErrMinimumKeepalive.Error() {
+		return false
+	}
+	off := false
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "keepalive" {
+			off = a.Value.Resolve().String() == "0"
+			return false
+		}
+		return true
+	})
+	return off
 }
 
-func (h connErrorsAsDebug) WithGroup(name string) slog.Handler {
-	return connErrorsAsDebug{h.Handler.WithGroup(name)}
+func (h quietNoise) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietNoise{h.Handler.WithAttrs(as)}
 }
 
-func currentLogger() *slog.Logger {
-	loggerMu.Lock()
-	defer loggerMu.Unlock()
-	return logger
+func (h quietNoise) WithGroup(name string) slog.Handler {
+	return quietNoise{h.Handler.WithGroup(name)}
 }
 
 // brokers holds the running brokers keyed by absolute data directory. An
@@ -260,10 +267,13 @@ type Broker struct {
 // Acquire starts (or joins) the broker for the URL's data directory and
 // returns a reference to it. Every successful Acquire must be paired with
 // one Release.
-func Acquire(rawURL string) (*Broker, error) {
+func Acquire(rawURL string, opts ...Option) (*Broker, error) {
 	cfg, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
@@ -329,7 +339,11 @@ func start(dir string, cfg Config) (*instance, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded broker: create data directory %s: %w", dir, err)
 	}
-	log := slog.New(connErrorsAsDebug{currentLogger().Handler()}).With("component", "embedded_broker", "dir", dir)
+	h := cfg.Log
+	if h == nil {
+		h = defaultLog()
+	}
+	log := slog.New(quietNoise{h}).With("component", "embedded_broker", "dir", dir)
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumInflight = cfg.MaxInflight

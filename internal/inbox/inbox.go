@@ -9,6 +9,7 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -27,7 +28,8 @@ type Message interface {
 }
 
 // Conn is one network connection of the client. Distinct connections are
-// distinct values (a pointer), so a Conn can key a map.
+// distinct values (a pointer), so a Conn can key a map. mqttclient.Conn
+// satisfies it.
 type Conn interface {
 	// Alive reports whether the connection has not been lost.
 	Alive() bool
@@ -35,6 +37,10 @@ type Conn interface {
 	Lost() <-chan struct{}
 	// Drop closes the connection on purpose without blocking.
 	Drop(reason error)
+	// Publish sends on this connection and waits, bounded by ctx, for its
+	// completion. The inbox never calls it: it lets the plugin publish a
+	// delivery's end-to-end ACK on the connection it arrived on.
+	Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error
 }
 
 // Logger is what the inbox logs through (Benthos's *service.Logger fits).

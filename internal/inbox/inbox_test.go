@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,6 +39,11 @@ func (c *testConn) Drop(err error) {
 	c.dropErr = err
 	c.mu.Unlock()
 	c.lose()
+}
+
+// Publish is for the plugin's end-to-end ACKs; the inbox must never call it.
+func (c *testConn) Publish(context.Context, string, byte, bool, []byte) error {
+	panic("inbox published on a connection")
 }
 func (c *testConn) lose() { c.once.Do(func() { close(c.lost) }) }
 

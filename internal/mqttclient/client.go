@@ -2,6 +2,10 @@
 // uses: broker URLs (including embedded://), credentials, TLS, will, and a
 // reconnect loop with explicit connection state.
 //
+// The engines see only the Transport and Conn interfaces (plus Message and
+// Token); Client implements them for MQTT 3.1.1 on paho.mqtt.golang, so a
+// second protocol is a second implementation, not a change to the engines.
+//
 // Each connection is a fresh paho client, called a Conn. That is deliberate:
 // paho's own auto-reconnect hides the CONNACK's session-present flag, keeps
 // resending old publishes from its store, and lets a manual ack from a dead
@@ -22,6 +26,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
@@ -51,6 +56,43 @@ type Token interface {
 	Error() error
 }
 
+// Transport is what the engines (internal/inbox, internal/sender) and the
+// plugins need from an MQTT client: a connection kept alive with its
+// session, and the current connection. Client (MQTT 3.1.1 on
+// paho.mqtt.golang) implements it; a second protocol implements the same
+// Transport and Conn, and the engines do not change.
+type Transport interface {
+	// WaitReady waits, bounded by ctx, for a ready connection.
+	WaitReady(ctx context.Context) (Conn, error)
+	// Current returns the ready connection, or nil while there is none.
+	Current() Conn
+	// Close disconnects without ending the session. Bounded by ctx.
+	Close(ctx context.Context) error
+}
+
+// Conn is one connection of a Transport, never reused after it is lost.
+// Distinct connections are distinct values, so a Conn can key a map.
+// Inbound messages are acknowledged in order with Message.Ack.
+type Conn interface {
+	// Gen numbers the connections of one Transport, starting at 1.
+	Gen() uint64
+	// SessionPresent is the CONNACK's flag: the broker resumed a session.
+	SessionPresent() bool
+	// Lost is closed when the connection is gone.
+	Lost() <-chan struct{}
+	// Alive reports whether the connection has not been lost.
+	Alive() bool
+	// Drop closes the connection on purpose; it never blocks.
+	Drop(reason error)
+	// Publish sends one message and waits, bounded by ctx, for its completion.
+	Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error
+	// PublishAsync starts a publish and returns its completion.
+	PublishAsync(topic string, qos byte, retained bool, payload []byte) Token
+	// Subscribe subscribes and waits, bounded by ctx, for the SUBACK; a
+	// refused filter is an error.
+	Subscribe(ctx context.Context, filters map[string]byte) error
+}
+
 // Handlers are the hooks a component installs. All are optional.
 type Handlers struct {
 	// OnMessage receives every PUBLISH of the connection, in receive order.
@@ -58,16 +100,16 @@ type Handlers struct {
 	// are never dropped unacknowledged by paho. It runs on paho's network
 	// reader and must never block: a blocked reader misses PINGRESPs and
 	// the connection dies ("pingresp not received").
-	OnMessage func(conn *Conn, msg Message)
+	OnMessage func(conn Conn, msg Message)
 	// OnConnect runs after each CONNACK and before the connection counts as
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
 	// connection and a new attempt follows after the backoff.
-	OnConnect func(ctx context.Context, conn *Conn) error
+	OnConnect func(ctx context.Context, conn Conn) error
 	// OnPubrel receives the packet ID of each PUBREL the broker sends (the
 	// end of an inbound QoS 2 exchange; paho answers it with PUBCOMP by
 	// itself). It runs on paho's network reader before any later packet is
 	// handled, and must never block.
-	OnPubrel func(conn *Conn, id uint16)
+	OnPubrel func(conn Conn, id uint16)
 }
 
 // pubrelStore is paho's memory store that reports PUBRELs: paho puts an
@@ -92,11 +134,10 @@ type Options struct {
 	Logger    *service.Logger
 }
 
-// Conn is one MQTT connection. It is never reused after it is lost.
-type Conn struct {
-	// Gen numbers the connections of one Client, starting at 1.
-	Gen            uint64
-	SessionPresent bool
+// pahoConn is one MQTT 3.1.1 connection: one paho client.
+type pahoConn struct {
+	gen            uint64
+	sessionPresent bool
 
 	paho     paho.Client
 	lostOnce sync.Once
@@ -106,11 +147,15 @@ type Conn struct {
 	dropErr error // why Drop closed the connection; nil otherwise
 }
 
+func (c *pahoConn) Gen() uint64 { return c.gen }
+
+func (c *pahoConn) SessionPresent() bool { return c.sessionPresent }
+
 // Lost is closed when the connection is gone.
-func (c *Conn) Lost() <-chan struct{} { return c.lost }
+func (c *pahoConn) Lost() <-chan struct{} { return c.lost }
 
 // Alive reports whether the connection has not been lost.
-func (c *Conn) Alive() bool {
+func (c *pahoConn) Alive() bool {
 	select {
 	case <-c.lost:
 		return false
@@ -119,14 +164,14 @@ func (c *Conn) Alive() bool {
 	}
 }
 
-func (c *Conn) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
+func (c *pahoConn) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
 
 // Drop closes the connection on purpose, e.g. when a component must fail
 // closed. It never blocks, so it may be called from OnMessage. Nothing more
 // is sent on this Conn (acks and publishes go nowhere). The Client
 // reconnects after its backoff delay, which grows while connections keep
 // being dropped, so a drop that repeats on every connection cannot spin.
-func (c *Conn) Drop(reason error) {
+func (c *pahoConn) Drop(reason error) {
 	c.dropMu.Lock()
 	if c.dropErr == nil {
 		c.dropErr = reason
@@ -136,7 +181,7 @@ func (c *Conn) Drop(reason error) {
 }
 
 // dropReason returns the reason given to Drop, or nil.
-func (c *Conn) dropReason() error {
+func (c *pahoConn) dropReason() error {
 	c.dropMu.Lock()
 	defer c.dropMu.Unlock()
 	return c.dropErr
@@ -144,7 +189,7 @@ func (c *Conn) dropReason() error {
 
 // Publish sends one message and waits, bounded by ctx, for its completion
 // (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
-func (c *Conn) Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error {
+func (c *pahoConn) Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error {
 	if !c.Alive() {
 		return ErrNotConnected
 	}
@@ -152,13 +197,13 @@ func (c *Conn) Publish(ctx context.Context, topic string, qos byte, retained boo
 }
 
 // PublishAsync starts a publish and returns its token.
-func (c *Conn) PublishAsync(topic string, qos byte, retained bool, payload []byte) Token {
+func (c *pahoConn) PublishAsync(topic string, qos byte, retained bool, payload []byte) Token {
 	return c.paho.Publish(topic, qos, retained, payload)
 }
 
 // Subscribe subscribes to filters and waits, bounded by ctx, for the SUBACK.
 // A filter the broker refuses (return code 0x80) is an error.
-func (c *Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
+func (c *pahoConn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	if len(filters) == 0 {
 		return nil
 	}
@@ -180,7 +225,7 @@ func (c *Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 
 // wait waits for a paho token without blocking past ctx or the connection.
 // paho's token.Wait ignores contexts, so select on Done instead.
-func (c *Conn) wait(ctx context.Context, tok paho.Token) error {
+func (c *pahoConn) wait(ctx context.Context, tok paho.Token) error {
 	select {
 	case <-tok.Done():
 		return tok.Error()
@@ -199,6 +244,11 @@ func keys(m map[string]byte) []string {
 	return out
 }
 
+var (
+	_ Transport = (*Client)(nil)
+	_ Conn      = (*pahoConn)(nil)
+)
+
 // Client keeps one connection to the broker alive, reconnecting with backoff
 // until Close.
 type Client struct {
@@ -211,7 +261,7 @@ type Client struct {
 	embedded   []*embedded.Broker
 
 	mu      sync.Mutex
-	current *Conn         // ready connection, nil while down
+	current *pahoConn     // ready connection, nil while down
 	changed chan struct{} // closed and replaced on every state change
 	gen     uint64
 
@@ -234,12 +284,17 @@ func Start(cfg Config, h Handlers, opts Options) (*Client, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	// The embedded broker logs through this component's logger.
+	var eo []embedded.Option
+	if opts.Logger != nil {
+		eo = append(eo, embedded.WithLog(benthoslog.Handler(opts.Logger)))
+	}
 	for _, raw := range cfg.URLs {
 		if !embedded.IsEmbedded(raw) {
 			c.brokerURLs = append(c.brokerURLs, raw)
 			continue
 		}
-		b, err := embedded.Acquire(raw)
+		b, err := embedded.Acquire(raw, eo...)
 		if err != nil {
 			c.releaseEmbedded()
 			return nil, fmt.Errorf("start embedded broker %q: %w", raw, err)
@@ -261,14 +316,17 @@ func (c *Client) releaseEmbedded() {
 }
 
 // Current returns the ready connection, or nil while there is none.
-func (c *Client) Current() *Conn {
+func (c *Client) Current() Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.current == nil {
+		return nil // a nil interface, not a nil *pahoConn
+	}
 	return c.current
 }
 
 // WaitReady waits, bounded by ctx, for a ready connection.
-func (c *Client) WaitReady(ctx context.Context) (*Conn, error) {
+func (c *Client) WaitReady(ctx context.Context) (Conn, error) {
 	for {
 		c.mu.Lock()
 		cur, ch := c.current, c.changed
@@ -286,7 +344,7 @@ func (c *Client) WaitReady(ctx context.Context) (*Conn, error) {
 	}
 }
 
-func (c *Client) setCurrent(conn *Conn) {
+func (c *Client) setCurrent(conn *pahoConn) {
 	c.mu.Lock()
 	c.current = conn
 	close(c.changed)
@@ -338,7 +396,7 @@ func (c *Client) loop() {
 		}
 		c.setCurrent(conn)
 		if c.log != nil {
-			c.log.Infof("MQTT connected to %v as %q (session present: %v)", c.cfg.URLs, c.cfg.ClientID, conn.SessionPresent)
+			c.log.Infof("MQTT connected to %v as %q (session present: %v)", c.cfg.URLs, c.cfg.ClientID, conn.sessionPresent)
 		}
 		select {
 		case <-conn.lost:
@@ -370,9 +428,9 @@ func (c *Client) loop() {
 
 // connect makes one connection attempt, runs OnConnect and returns the
 // ready connection.
-func (c *Client) connect() (*Conn, error) {
+func (c *Client) connect() (*pahoConn, error) {
 	c.gen++
-	conn := &Conn{Gen: c.gen, lost: make(chan struct{})}
+	conn := &pahoConn{gen: c.gen, lost: make(chan struct{})}
 	o := paho.NewClientOptions().
 		SetClientID(c.cfg.ClientID).
 		SetCleanSession(c.cfg.CleanSession).
@@ -429,7 +487,7 @@ func (c *Client) connect() (*Conn, error) {
 		return nil, err
 	}
 	if ct, ok := tok.(*paho.ConnectToken); ok {
-		conn.SessionPresent = ct.SessionPresent()
+		conn.sessionPresent = ct.SessionPresent()
 	}
 	if c.h.OnConnect != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)

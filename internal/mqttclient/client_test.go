@@ -22,7 +22,7 @@ func config(urls ...string) mqttclient.Config {
 	}
 }
 
-func waitReady(t *testing.T, c *mqttclient.Client) *mqttclient.Conn {
+func waitReady(t *testing.T, c *mqttclient.Client) mqttclient.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -46,7 +46,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 	cfg := config(m.URL())
 	var connects atomic.Int32
 	c, err := mqttclient.Start(cfg, mqttclient.Handlers{
-		OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 			connects.Add(1)
 			return conn.Subscribe(ctx, map[string]byte{"t/#": 1})
 		},
@@ -56,7 +56,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 	}
 	defer closeClient(t, c)
 	first := waitReady(t, c)
-	if first.SessionPresent {
+	if first.SessionPresent() {
 		t.Fatal("a brand-new persistent session reported session present")
 	}
 	m.Restart()
@@ -66,10 +66,10 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 		t.Fatal("the first connection was not marked lost after the broker restart")
 	}
 	second := waitReady(t, c)
-	if second == first || second.Gen <= first.Gen {
-		t.Fatalf("reconnect reused connection %d (now %d)", first.Gen, second.Gen)
+	if second == first || second.Gen() <= first.Gen() {
+		t.Fatalf("reconnect reused connection %d (now %d)", first.Gen(), second.Gen())
 	}
-	if !second.SessionPresent {
+	if !second.SessionPresent() {
 		t.Fatal("resumed persistent session did not report session present")
 	}
 	if connects.Load() < 2 {
@@ -84,7 +84,7 @@ func TestOnConnectFailureDropsTheConnectionAndRetries(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	var attempts atomic.Int32
 	c, err := mqttclient.Start(config(m.URL()), mqttclient.Handlers{
-		OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 			if attempts.Add(1) < 3 {
 				return context.DeadlineExceeded
 			}
@@ -96,8 +96,8 @@ func TestOnConnectFailureDropsTheConnectionAndRetries(t *testing.T) {
 	}
 	defer closeClient(t, c)
 	conn := waitReady(t, c)
-	if attempts.Load() != 3 || conn.Gen != 3 {
-		t.Fatalf("ready after %d attempts on connection %d, want the third", attempts.Load(), conn.Gen)
+	if attempts.Load() != 3 || conn.Gen() != 3 {
+		t.Fatalf("ready after %d attempts on connection %d, want the third", attempts.Load(), conn.Gen())
 	}
 }
 
@@ -116,10 +116,10 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 			var got []string
 			done := make(chan struct{})
 			c, err := mqttclient.Start(config(url), mqttclient.Handlers{
-				OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+				OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 					return conn.Subscribe(ctx, map[string]byte{"order": 1})
 				},
-				OnMessage: func(_ *mqttclient.Conn, m mqttclient.Message) {
+				OnMessage: func(_ mqttclient.Conn, m mqttclient.Message) {
 					got = append(got, string(m.Payload()))
 					if len(got) == 100 {
 						close(done)

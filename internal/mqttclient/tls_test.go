@@ -25,10 +25,10 @@ func TestTLSConnectsToMosquittoAndRefusesAnUntrustedServer(t *testing.T) {
 	cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	got := make(chan string, 1)
 	c, err := mqttclient.Start(cfg, mqttclient.Handlers{
-		OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{"tls/t": 1})
 		},
-		OnMessage: func(_ *mqttclient.Conn, msg mqttclient.Message) {
+		OnMessage: func(_ mqttclient.Conn, msg mqttclient.Message) {
 			select {
 			case got <- string(msg.Payload()):
 			default:

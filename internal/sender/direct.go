@@ -14,7 +14,7 @@ import (
 // Concurrent sends are in flight together.
 type Direct struct {
 	s      Config
-	client *mqttclient.Client
+	client mqttclient.Transport
 	acks   *AckQueue
 	m      Metrics
 
@@ -26,7 +26,7 @@ type Direct struct {
 }
 
 // NewDirect returns a direct sender over client; Run starts its ACK matching.
-func NewDirect(s Config, client *mqttclient.Client, acks *AckQueue, ignored *IgnoredACKs, m Metrics) *Direct {
+func NewDirect(s Config, client mqttclient.Transport, acks *AckQueue, ignored *IgnoredACKs, m Metrics) *Direct {
 	return &Direct{
 		s: s, client: client, acks: acks, ignored: ignored, m: m,
 		waiters: map[string][]chan struct{}{},

@@ -57,7 +57,7 @@ type Metrics interface {
 type Sender struct {
 	s       Config
 	ob      *outbox.Outbox
-	client  *mqttclient.Client
+	client  mqttclient.Transport
 	acks    *AckQueue
 	m       Metrics
 	log     Logger
@@ -67,7 +67,7 @@ type Sender struct {
 }
 
 // New returns a sender of ob over client; Run starts it.
-func New(s Config, ob *outbox.Outbox, client *mqttclient.Client, acks *AckQueue, ignored *IgnoredACKs, m Metrics, log Logger) *Sender {
+func New(s Config, ob *outbox.Outbox, client mqttclient.Transport, acks *AckQueue, ignored *IgnoredACKs, m Metrics, log Logger) *Sender {
 	return &Sender{
 		s: s, ob: ob, client: client, acks: acks, ignored: ignored, m: m, log: log,
 		removal: newRemover(ob, log),
@@ -124,7 +124,7 @@ func (sd *Sender) Run(ctx context.Context) {
 
 // session sends on one connection until it fails or ctx ends. progress
 // reports whether anything was confirmed.
-func (sd *Sender) session(ctx context.Context, conn *mqttclient.Conn) (progress bool, err error) {
+func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress bool, err error) {
 	wait := sd.s.PublishTimeout
 	what := "PUBACK"
 	if sd.s.EndToEnd {

@@ -342,14 +342,14 @@ func (i *input) Connect(ctx context.Context) error {
 	if i.client == nil {
 		resumed := &resumeLog{s: &i.s, log: i.log}
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
-			OnMessage: func(conn *mqttclient.Conn, msg mqttclient.Message) {
+			OnMessage: func(conn mqttclient.Conn, msg mqttclient.Message) {
 				resumed.onMessage(conn, msg)
 				i.in.OnMessage(conn, msg)
 			},
-			OnPubrel: func(_ *mqttclient.Conn, id uint16) { i.in.OnPubrel(id) },
-			OnConnect: func(ctx context.Context, conn *mqttclient.Conn) error {
+			OnPubrel: func(_ mqttclient.Conn, id uint16) { i.in.OnPubrel(id) },
+			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 				resumed.onConnect(conn)
-				if !conn.SessionPresent {
+				if !conn.SessionPresent() {
 					i.in.ResetSession() // no session, no open exchanges
 				}
 				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
@@ -550,7 +550,7 @@ func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
 	defer cancel()
-	conn := d.Conn().(*mqttclient.Conn) // the inbox holds only what OnMessage gave it
+	conn := d.Conn() // the connection the message arrived on
 	if d.Msg.Qos() == 0 {
 		i.mu.Lock()
 		client := i.client

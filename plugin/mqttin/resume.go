@@ -22,7 +22,7 @@ type resumeLog struct {
 	log *service.Logger
 
 	mu     sync.Mutex
-	gen    uint64 // the connection being counted (Conn.Gen)
+	gen    uint64 // the connection being counted (Conn.Gen())
 	start  time.Time
 	counts struct{ received, dup, held int }
 }
@@ -30,14 +30,14 @@ type resumeLog struct {
 // onMessage counts a message of the newest connection during its first
 // resumeWindow. It runs on paho's network reader before the inbox routes
 // the message; messages may arrive before onConnect runs.
-func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg mqttclient.Message) {
+func (r *resumeLog) onMessage(conn mqttclient.Conn, msg mqttclient.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case conn.Gen < r.gen:
+	case conn.Gen() < r.gen:
 		return
-	case conn.Gen > r.gen:
-		r.gen, r.start = conn.Gen, time.Now()
+	case conn.Gen() > r.gen:
+		r.gen, r.start = conn.Gen(), time.Now()
 		r.counts = struct{ received, dup, held int }{}
 	case time.Since(r.start) > resumeWindow:
 		return
@@ -53,20 +53,20 @@ func (r *resumeLog) onMessage(conn *mqttclient.Conn, msg mqttclient.Message) {
 
 // onConnect schedules the report for a connection whose session the broker
 // kept.
-func (r *resumeLog) onConnect(conn *mqttclient.Conn) {
-	if !conn.SessionPresent || r.s.client.CleanSession {
+func (r *resumeLog) onConnect(conn mqttclient.Conn) {
+	if !conn.SessionPresent() || r.s.client.CleanSession {
 		return
 	}
 	r.mu.Lock()
-	if conn.Gen > r.gen {
-		r.gen, r.start = conn.Gen, time.Now()
+	if conn.Gen() > r.gen {
+		r.gen, r.start = conn.Gen(), time.Now()
 		r.counts = struct{ received, dup, held int }{}
 	}
 	r.mu.Unlock()
 	time.AfterFunc(resumeWindow, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.gen != conn.Gen {
+		if r.gen != conn.Gen() {
 			return // a newer connection replaced it
 		}
 		r.log.Infof("Resumed the session of client %q: the broker sent %d messages in its first %s (%d marked as redeliveries); %d matched none of topics %v and were held unacknowledged",

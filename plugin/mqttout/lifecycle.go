@@ -105,10 +105,10 @@ func (o *output) Connect(ctx context.Context) error {
 	o.ignored = sender.NewIgnoredACKs(o.m, o.log)
 	handlers := mqttclient.Handlers{}
 	if o.s.endToEnd {
-		handlers.OnConnect = func(ctx context.Context, conn *mqttclient.Conn) error {
+		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
-		handlers.OnMessage = func(_ *mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
+		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
