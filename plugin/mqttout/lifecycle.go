@@ -17,7 +17,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
-	bolt "go.etcd.io/bbolt"
 )
 
 // closeTimeout bounds Close: Benthos hands Close a context without deadline.
@@ -168,27 +167,15 @@ func (o *output) Write(ctx context.Context, msg *service.Message) error {
 	if d != nil {
 		return d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain})
 	}
-	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload}
-	for _, run := range commit.ParticipantsFor(msg.Context(), ob.Path()) {
-		entry.Participants = append(entry.Participants, skipWhenApplied(run))
-	}
+	// A participant that finds the event already applied returns
+	// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
+	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload,
+		Participants: commit.ParticipantsFor(msg.Context(), ob.Path())}
 	if _, err := ob.Append(ctx, entry); err != nil {
 		return fmt.Errorf("event %s not stored in outbox %s: %w", rec.eventID, ob.Path(), err)
 	}
 	failpoint.Hit(failpoint.OutboxAppended)
 	return nil
-}
-
-// skipWhenApplied translates the commit package's "already applied" into the
-// outbox's "append nothing for this entry".
-func skipWhenApplied(run func(tx *bolt.Tx) error) func(tx *bolt.Tx) error {
-	return func(tx *bolt.Tx) error {
-		err := run(tx)
-		if errors.Is(err, commit.ErrAlreadyApplied) {
-			return outbox.ErrSkip
-		}
-		return err
-	}
 }
 
 // Close stops the sender and disconnects. Records still in flight stay in
