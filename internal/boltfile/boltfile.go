@@ -65,11 +65,12 @@ type File struct {
 }
 
 type sharedDB struct {
-	path      string
-	db        *bolt.DB
-	meta      *MetaDamage // found at open; nil if both meta pages check out
-	verified  bool        // the structure was verified at open
-	compacted bool        // the file was compacted at open (compact.go)
+	path       string
+	db         *bolt.DB
+	meta       *MetaDamage // found at open; nil if both meta pages check out
+	verified   bool        // the structure was verified at open
+	compacted  bool        // the file was compacted at open (compact.go)
+	compactErr error       // why a compaction due at open was skipped; nil if none
 
 	damaged atomic.Pointer[DamagedError] // set by the first recovered bbolt panic
 }
@@ -140,6 +141,10 @@ func (f *File) Verified() bool { return f.shared.verified }
 
 // Compacted reports whether this process compacted the file when it opened it.
 func (f *File) Compacted() bool { return f.shared.compacted }
+
+// CompactionSkipped returns why a compaction due at open failed (the file
+// is used as it was), or nil.
+func (f *File) CompactionSkipped() error { return f.shared.compactErr }
 
 // Path returns the file's absolute path, which is its identity in this process.
 func (f *File) Path() string { return f.shared.path }
@@ -229,7 +234,7 @@ func open(path string, opts Options) (*sharedDB, error) {
 		return nil, err
 	}
 	if s.meta == nil { // a damaged file is kept as it is, for inspection
-		if s.db, s.compacted, err = compactIfSparse(s.db, path); err != nil {
+		if s.db, s.compacted, err = compactIfSparse(s.db, path, &s.compactErr); err != nil {
 			return nil, err
 		}
 	}

@@ -39,14 +39,17 @@ func compactPath(path string) string { return path + ".compact" }
 // compactIfSparse returns db, or a reopened database of the compacted file
 // when the file was sparse enough. compacted reports whether it was
 // compacted; err is set only when neither the old nor the new database is
-// open any more (the file itself is intact either way).
-func compactIfSparse(db *bolt.DB, path string) (out *bolt.DB, compacted bool, err error) {
+// open any more (the file itself is intact either way). A copy that fails
+// (a full disk) leaves the file as it is and is reported in *skipped, for
+// the caller to log.
+func compactIfSparse(db *bolt.DB, path string, skipped *error) (out *bolt.DB, compacted bool, err error) {
 	_ = os.Remove(compactPath(path)) // left by a crash during a compaction
 	if !sparse(db) {
 		return db, false, nil
 	}
 	if err := copyCompacted(db, path); err != nil {
 		_ = os.Remove(compactPath(path))
+		*skipped = err
 		return db, false, nil
 	}
 	failpoint.Hit(failpoint.CompactCopied)

@@ -265,6 +265,9 @@ func TestFailedCompactionKeepsTheFile(t *testing.T) {
 	if f.Compacted() {
 		t.Fatal("Compacted() = true although the copy could not be written")
 	}
+	if err := f.CompactionSkipped(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("CompactionSkipped() = %v, want the copy's error naming %s", err, path)
+	}
 	if got := snapshot(t, f); got != want {
 		t.Fatal("contents changed by a failed compaction")
 	}

@@ -226,6 +226,11 @@ func outboxExport(c *cli.Context) (err error) {
 			return fmt.Errorf("outbox export: %w (choose a new file name)", ferr)
 		}
 		defer func() {
+			// On disk before it returns: an export is what an operator
+			// keeps before a purge, whose removal is fsync'd.
+			if serr := f.Sync(); serr != nil && err == nil {
+				err = fmt.Errorf("outbox export: %w", serr)
+			}
 			if cerr := f.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("outbox export: %w", cerr)
 			}

@@ -280,6 +280,10 @@ func (o *Outbox) Path() string { return o.path }
 // (the file may have lost its last commit), or nil. Callers report it.
 func (o *Outbox) MetaDamage() *boltfile.MetaDamage { return o.file.MetaDamage() }
 
+// CompactionSkipped returns why the compaction due at open failed (the
+// file is used as it was, at its old size), or nil.
+func (o *Outbox) CompactionSkipped() error { return o.file.CompactionSkipped() }
+
 // ClientID returns the MQTT client ID generated once for this file.
 func (o *Outbox) ClientID() (string, error) { return o.clientID, nil }
 

@@ -63,6 +63,9 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		} else if md != nil {
 			o.log.Warnf("%v", md)
 		}
+		if err := o.ob.CompactionSkipped(); err != nil {
+			o.log.Warnf("Outbox %s: not compacted at start, the file keeps its size: %v", s.outboxPath, err)
+		}
 		logResume(o.log, o.ob)
 	}
 	return o, nil
