@@ -3,12 +3,10 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 )
 
@@ -133,50 +132,13 @@ func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.En
 	for j, st := range p.s.sql.apply {
 		var args []any
 		if st.args != nil {
-			if args, err = p.argsOf(batch, i, st); err != nil {
+			if args, err = sqlargs.Of(batch, i, st.args); err != nil {
 				return sqlledger.Entry{}, fmt.Errorf("dedup_ledger: key %s: sql.apply[%d].args_mapping: %w; nothing was committed", key, j, err)
 			}
 		}
 		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: args})
 	}
 	return sqlledger.Entry{Key: key, Hash: hash[:], Stmts: stmts}, nil
-}
-
-// argsOf runs a statement's args_mapping; its result must be an array of
-// scalars.
-func (p *sqlProcessor) argsOf(batch service.MessageBatch, i int, st applyStmt) ([]any, error) {
-	res, err := batch.BloblangQuery(i, st.args)
-	if err != nil {
-		return nil, err
-	}
-	if res == nil {
-		return nil, errors.New("the mapping deleted the message; it must return an array of arguments")
-	}
-	v, err := res.AsStructured()
-	if err != nil {
-		return nil, fmt.Errorf("reading its result: %w", err)
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("the result must be an array of arguments, got %T", v)
-	}
-	for k, a := range arr {
-		switch x := a.(type) {
-		case json.Number:
-			// Benthos keeps JSON numbers as json.Number; a database
-			// driver would send them as text.
-			if n, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-				arr[k] = n
-			} else if f, err := strconv.ParseFloat(string(x), 64); err == nil {
-				arr[k] = f
-			} else {
-				return nil, fmt.Errorf("argument %d: number %q out of range", k, x)
-			}
-		case map[string]any, []any:
-			return nil, fmt.Errorf("argument %d is %T: a database argument must be a string, number, bool, bytes, timestamp or null; encode it first, e.g. with .format_json()", k, a)
-		}
-	}
-	return arr, nil
 }
 
 // claimBatch is the mode without apply: the key is recorded when the

@@ -9,18 +9,17 @@ package sqlquery
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
@@ -171,7 +170,7 @@ func (p *processor) run(ctx context.Context, batch service.MessageBatch, i int) 
 	var args []any
 	if p.args != nil {
 		var err error
-		if args, err = argsOf(batch, i, p.args); err != nil {
+		if args, err = sqlargs.Of(batch, i, p.args); err != nil {
 			return fmt.Errorf("args_mapping: %w", err)
 		}
 	}
@@ -210,36 +209,6 @@ func (p *processor) run(ctx context.Context, batch service.MessageBatch, i int) 
 	}
 	batch[i].SetStructuredMut(out)
 	return nil
-}
-
-// argsOf runs the args mapping; its result must be an array.
-func argsOf(batch service.MessageBatch, i int, exec *bloblang.Executor) ([]any, error) {
-	res, err := batch.BloblangQuery(i, exec)
-	if err != nil {
-		return nil, err
-	}
-	if res == nil {
-		return nil, errors.New("the mapping deleted the message; it must return an array of arguments")
-	}
-	v, err := res.AsStructured()
-	if err != nil {
-		return nil, err
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("the result must be an array of arguments, got %T", v)
-	}
-	for k, a := range arr {
-		if n, ok := a.(json.Number); ok {
-			// A driver would send json.Number as text.
-			if iv, err := strconv.ParseInt(string(n), 10, 64); err == nil {
-				arr[k] = iv
-			} else if fv, err := strconv.ParseFloat(string(n), 64); err == nil {
-				arr[k] = fv
-			}
-		}
-	}
-	return arr, nil
 }
 
 func (p *processor) Close(context.Context) error { return p.db.Close() }
