@@ -9,7 +9,6 @@
 package inbox
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -37,10 +36,6 @@ type Conn interface {
 	Lost() <-chan struct{}
 	// Drop closes the connection on purpose without blocking.
 	Drop(reason error)
-	// Publish sends on this connection and waits, bounded by ctx, for its
-	// completion. The inbox never calls it: it lets the plugin publish a
-	// delivery's end-to-end ACK on the connection it arrived on.
-	Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error
 }
 
 // Logger is what the inbox logs through (Benthos's *service.Logger fits).

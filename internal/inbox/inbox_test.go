@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,10 +40,6 @@ func (c *testConn) Drop(err error) {
 	c.lose()
 }
 
-// Publish is for the plugin's end-to-end ACKs; the inbox must never call it.
-func (c *testConn) Publish(context.Context, string, byte, bool, []byte) error {
-	panic("inbox published on a connection")
-}
 func (c *testConn) lose() { c.once.Do(func() { close(c.lost) }) }
 
 func (c *testConn) ackedIDs() []uint16 {

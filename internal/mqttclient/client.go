@@ -46,8 +46,23 @@ type Message interface {
 	Duplicate() bool
 	Retained() bool
 	Payload() []byte
+	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
+	Properties() *Properties
 	Ack()
 }
+
+// v3Message is a paho.mqtt.golang message: MQTT 3.1.1 has no properties.
+type v3Message struct{ paho.Message }
+
+func (v3Message) Properties() *Properties { return nil }
+
+// failedToken is a publish that failed before it was sent.
+type failedToken struct{ err error }
+
+func (failedToken) Done() <-chan struct{} { return closedChan }
+func (t failedToken) Error() error        { return t.err }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Token is a publish in progress: Done is closed at its completion (PUBACK
 // for QoS 1), then Error reports whether it failed.
@@ -85,9 +100,11 @@ type Conn interface {
 	// Drop closes the connection on purpose; it never blocks.
 	Drop(reason error)
 	// Publish sends one message and waits, bounded by ctx, for its completion.
-	Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error
+	Publish(ctx context.Context, p Publication) error
 	// PublishAsync starts a publish and returns its completion.
-	PublishAsync(topic string, qos byte, retained bool, payload []byte) Token
+	PublishAsync(p Publication) Token
+	// Limits are what the server's CONNACK allows (NoLimits on 3.1.1).
+	Limits() ServerLimits
 	// Subscribe subscribes and waits, bounded by ctx, for the SUBACK; a
 	// refused filter is an error.
 	Subscribe(ctx context.Context, filters map[string]byte) error
@@ -189,17 +206,23 @@ func (c *pahoConn) dropReason() error {
 
 // Publish sends one message and waits, bounded by ctx, for its completion
 // (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
-func (c *pahoConn) Publish(ctx context.Context, topic string, qos byte, retained bool, payload []byte) error {
+func (c *pahoConn) Publish(ctx context.Context, p Publication) error {
 	if !c.Alive() {
 		return ErrNotConnected
 	}
-	return c.wait(ctx, c.paho.Publish(topic, qos, retained, payload))
+	return c.wait(ctx, c.PublishAsync(p))
 }
 
 // PublishAsync starts a publish and returns its token.
-func (c *pahoConn) PublishAsync(topic string, qos byte, retained bool, payload []byte) Token {
-	return c.paho.Publish(topic, qos, retained, payload)
+func (c *pahoConn) PublishAsync(p Publication) Token {
+	if p.Props != nil {
+		return failedToken{ErrNeedsV5}
+	}
+	return c.paho.Publish(p.Topic, p.QoS, p.Retained, p.Payload)
 }
+
+// Limits are NoLimits: MQTT 3.1.1 has no way to state any.
+func (c *pahoConn) Limits() ServerLimits { return NoLimits }
 
 // Subscribe subscribes to filters and waits, bounded by ctx, for the SUBACK.
 // A filter the broker refuses (return code 0x80) is an error.
@@ -225,7 +248,7 @@ func (c *pahoConn) Subscribe(ctx context.Context, filters map[string]byte) error
 
 // wait waits for a paho token without blocking past ctx or the connection.
 // paho's token.Wait ignores contexts, so select on Done instead.
-func (c *pahoConn) wait(ctx context.Context, tok paho.Token) error {
+func (c *pahoConn) wait(ctx context.Context, tok Token) error {
 	select {
 	case <-tok.Done():
 		return tok.Error()
@@ -270,8 +293,17 @@ type Client struct {
 }
 
 // Start resolves the broker URLs (starting embedded brokers) and begins
-// connecting in the background. It returns without waiting for a broker.
-func Start(cfg Config, h Handlers, opts Options) (*Client, error) {
+// connecting in the background with the protocol cfg names. It returns
+// without waiting for a broker.
+func Start(cfg Config, h Handlers, opts Options) (Transport, error) {
+	if cfg.ProtocolVersion == V5 {
+		return startV5(cfg, h, opts)
+	}
+	return startV311(cfg, h, opts)
+}
+
+// startV311 starts a Client: MQTT 3.1.1 on paho.mqtt.golang.
+func startV311(cfg Config, h Handlers, opts Options) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -463,7 +495,7 @@ func (c *Client) connect() (*pahoConn, error) {
 		o.SetBinaryWill(w.Topic, w.Payload, w.QoS, w.Retained)
 	}
 	if c.h.OnMessage != nil {
-		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { c.h.OnMessage(conn, m) })
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { c.h.OnMessage(conn, v3Message{m}) })
 	}
 	if c.h.OnPubrel != nil {
 		o.SetStore(&pubrelStore{MemoryStore: paho.NewMemoryStore(), onPubrel: func(id uint16) { c.h.OnPubrel(conn, id) }})

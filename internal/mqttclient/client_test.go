@@ -22,7 +22,7 @@ func config(urls ...string) mqttclient.Config {
 	}
 }
 
-func waitReady(t *testing.T, c *mqttclient.Client) mqttclient.Conn {
+func waitReady(t *testing.T, c mqttclient.Transport) mqttclient.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -33,7 +33,7 @@ func waitReady(t *testing.T, c *mqttclient.Client) mqttclient.Conn {
 	return conn
 }
 
-func closeClient(t *testing.T, c *mqttclient.Client) {
+func closeClient(t *testing.T, c mqttclient.Transport) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Close(ctx); err != nil {
@@ -75,7 +75,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 	if connects.Load() < 2 {
 		t.Fatalf("OnConnect ran %d times, want one per connection", connects.Load())
 	}
-	if err := first.Publish(context.Background(), "t/x", 1, false, []byte("x")); err == nil {
+	if err := first.Publish(context.Background(), mqttclient.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
 		t.Fatal("publishing on a lost connection succeeded")
 	}
 }
@@ -132,7 +132,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 			defer closeClient(t, c)
 			conn := waitReady(t, c)
 			for i := 0; i < 100; i++ {
-				if err := conn.Publish(context.Background(), "order", 1, false, []byte{byte('0' + i%10)}); err != nil {
+				if err := conn.Publish(context.Background(), mqttclient.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -193,6 +193,6 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 	}
 }
 
-func startClient(cfg mqttclient.Config) (*mqttclient.Client, error) {
+func startClient(cfg mqttclient.Config) (mqttclient.Transport, error) {
 	return mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
 }

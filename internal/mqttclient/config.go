@@ -54,7 +54,20 @@ type Config struct {
 	// gives up on its own.
 	Reconnect    Backoff
 	CleanSession bool
+	// ProtocolVersion is V311 (also the zero value) or V5.
+	ProtocolVersion string
+	// SessionExpiry is the MQTT 5 session expiry interval sent in CONNECT
+	// (whole seconds; 0 ends the session with the connection).
+	// SessionNeverExpires keeps it forever, as a 3.1.1 persistent session.
+	SessionExpiry time.Duration
+	// ReceiveMaximum is the MQTT 5 Receive Maximum sent in CONNECT: how many
+	// unacknowledged QoS 1/2 messages the broker may send at once. 0 sends
+	// none (the protocol's default, 65535).
+	ReceiveMaximum uint16
 }
+
+// SessionNeverExpires is the session expiry interval 0xFFFFFFFF seconds.
+const SessionNeverExpires = time.Duration(0xFFFFFFFF) * time.Second
 
 // ConnectionFields are the spec fields every MQTT component shares, except
 // client_id, whose meaning differs between the input (required, it names a

@@ -117,7 +117,7 @@ func (d *Direct) Send(ctx context.Context, rec Message) error {
 	}
 	start := time.Now()
 	d.m.OnPublished()
-	if err := conn.Publish(pubCtx, rec.Topic, 1, rec.Retain, rec.Payload); err != nil {
+	if err := conn.Publish(pubCtx, mqttclient.Publication{Topic: rec.Topic, QoS: 1, Retained: rec.Retain, Payload: rec.Payload}); err != nil {
 		d.m.OnRetried()
 		return fmt.Errorf("event %s: publish to %q not confirmed: %w", rec.EventID, rec.Topic, err)
 	}

@@ -142,7 +142,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
-		tok := conn.PublishAsync(r.Topic, 1, sd.s.Retained, r.Payload)
+		tok := conn.PublishAsync(mqttclient.Publication{Topic: r.Topic, QoS: 1, Retained: sd.s.Retained, Payload: r.Payload})
 		sd.m.OnPublished()
 		return tok
 	}

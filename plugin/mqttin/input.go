@@ -304,7 +304,7 @@ type input struct {
 	in  *inbox.Inbox // routing, replay hold, retries and the broker acks
 
 	mu     sync.Mutex
-	client *mqttclient.Client
+	client mqttclient.Transport
 	closed bool
 
 	acking sync.WaitGroup // AckFuncs begun before Close; Close waits for them (bounded). Add only via beginAck
@@ -550,7 +550,7 @@ func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
 	defer cancel()
-	conn := d.Conn() // the connection the message arrived on
+	conn := d.Conn().(mqttclient.Conn) // the connection the message arrived on
 	if d.Msg.Qos() == 0 {
 		i.mu.Lock()
 		client := i.client
@@ -562,7 +562,7 @@ func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
 			return err
 		}
 	}
-	if err := conn.Publish(ctx, i.s.ackTopic, 1, false, payload); err != nil {
+	if err := conn.Publish(ctx, mqttclient.Publication{Topic: i.s.ackTopic, QoS: 1, Payload: payload}); err != nil {
 		i.m.ackPublishFails.Incr(1)
 		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, i.s.ackTopic, err)
 	}

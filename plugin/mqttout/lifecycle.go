@@ -33,7 +33,7 @@ type output struct {
 
 	mu      sync.Mutex
 	ob      *outbox.Outbox // nil in direct mode
-	client  *mqttclient.Client
+	client  mqttclient.Transport
 	acks    *sender.AckQueue
 	ignored *sender.IgnoredACKs
 	sender  *sender.Sender // outbox mode
