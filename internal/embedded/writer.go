@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
 // change is one write to broker.db: a put (value != nil), a delete, or, with
@@ -19,11 +21,12 @@ type change struct {
 	prefix bool
 }
 
-// writer is the single committer of broker.db. Hooks enqueue changes in the
-// order events happen; the committer applies everything queued so far in one
-// fsync'd transaction. Invariants:
+// writer is the single committer of broker.db, a groupcommit loop. Hooks
+// enqueue changes in the order events happen; the loop applies everything
+// queued so far in one fsync'd transaction. Invariants:
 //   - changes commit in enqueue order, and a transaction holds a prefix of
-//     the queue, so the file always shows a prefix of the broker's history;
+//     the queue, so the file always shows a prefix of the broker's history
+//     (sends on reqs are ordered by mu, and the loop takes them in order);
 //   - sync returns only after its changes, and all enqueued before them,
 //     are committed;
 //   - after a failed commit every later commit is refused (the file no longer
@@ -33,18 +36,29 @@ type writer struct {
 	db  *bbolt.DB
 	log *slog.Logger
 
-	mu      sync.Mutex
-	queue   []change
-	waiters []chan error
-	failed  error
-	closed  bool
+	mu     sync.Mutex // orders sends on reqs, and them with close
+	closed bool
 
-	wake chan struct{}
-	done chan struct{}
+	reqs    chan write
+	closing chan struct{}
+	done    chan struct{}
+
+	failMu sync.Mutex // not mu: a sender may hold mu while the loop fails
+	failed error
 }
 
+// write is one enqueue (done nil) or sync.
+type write struct {
+	changes []change
+	done    chan error // buffered 1
+}
+
+// writerQueue bounds the writes waiting for the loop; a hook that finds it
+// full waits for the commit in progress.
+const writerQueue = 4096
+
 func newWriter(db *bbolt.DB, log *slog.Logger) *writer {
-	w := &writer{db: db, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &writer{db: db, log: log, reqs: make(chan write, writerQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -56,42 +70,45 @@ func (w *writer) enqueue(cs ...change) {
 	if w.closed {
 		return // the broker is shutting down; mochi no longer has this state either
 	}
-	w.queue = append(w.queue, cs...)
-	w.signal()
+	w.reqs <- write{changes: cs}
 }
 
 // sync adds changes and waits until they are committed.
 func (w *writer) sync(cs ...change) error {
-	ch := make(chan error, 1)
+	timer := time.NewTimer(syncTimeout)
+	defer timer.Stop()
+	stalled := func() error {
+		return fmt.Errorf("commit to broker store %s took longer than %s (disk stalled?)", w.db.Path(), syncTimeout)
+	}
+	req := write{changes: cs, done: make(chan error, 1)}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return fmt.Errorf("broker store %s is closed", w.db.Path())
 	}
-	if w.failed != nil {
+	if err := w.failure(); err != nil {
 		w.mu.Unlock()
-		return w.failed
+		return err
 	}
-	w.queue = append(w.queue, cs...)
-	w.waiters = append(w.waiters, ch)
-	w.signal()
-	w.mu.Unlock()
-
-	timer := time.NewTimer(syncTimeout)
-	defer timer.Stop()
 	select {
-	case err := <-ch:
+	case w.reqs <- req:
+	case <-timer.C:
+		w.mu.Unlock()
+		return stalled()
+	}
+	w.mu.Unlock()
+	select {
+	case err := <-req.done:
 		return err
 	case <-timer.C:
-		return fmt.Errorf("commit to broker store %s took longer than %s (disk stalled?)", w.db.Path(), syncTimeout)
+		return stalled()
 	}
 }
 
-func (w *writer) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+func (w *writer) failure() error {
+	w.failMu.Lock()
+	defer w.failMu.Unlock()
+	return w.failed
 }
 
 // close commits what is queued and stops the committer.
@@ -101,13 +118,11 @@ func (w *writer) close() error {
 		w.mu.Unlock()
 		return nil
 	}
-	w.closed = true
-	w.signal()
+	w.closed = true // no send after this: what is in reqs is all there is
+	close(w.closing)
 	w.mu.Unlock()
 	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.failed
+	return w.failure()
 }
 
 // linger is how long the committer holds changes nobody waits for, hoping
@@ -119,89 +134,78 @@ const linger = 2 * time.Millisecond
 
 func (w *writer) run() {
 	defer close(w.done)
-	for range w.wake {
-		for {
-			w.lingerForWaiter()
-			w.mu.Lock()
-			batch, waiters, closed := w.queue, w.waiters, w.closed
-			w.queue, w.waiters = nil, nil
-			failed := w.failed
-			w.mu.Unlock()
+	loop := groupcommit.Loop[write]{Max: writerQueue, Linger: linger, Waits: func(r write) bool { return r.done != nil }}
+	loop.Run(w.reqs, w.closing, w.commitGroup)
+	// Closed: nothing is sent any more; commit what is left.
+	var rest []write
+	for len(w.reqs) > 0 {
+		rest = append(rest, <-w.reqs)
+	}
+	if len(rest) > 0 {
+		w.commitGroup(rest)
+	}
+}
 
-			if len(batch) == 0 && len(waiters) == 0 {
-				if closed {
-					return
-				}
-				break
-			}
-			err := failed
-			if err == nil {
-				err = w.commit(batch)
-				if err != nil {
-					err = fmt.Errorf("commit to broker store %s: %w; the broker refuses further publishes until restarted", w.db.Path(), err)
-					w.log.Error("embedded broker store failed", "error", err)
-					w.mu.Lock()
-					w.failed = err
-					w.mu.Unlock()
-				}
-			}
-			for _, ch := range waiters {
-				ch <- err
-			}
+// commitGroup commits the changes of group in order (or refuses them after
+// a failure) and answers every sync in it.
+func (w *writer) commitGroup(group []write) {
+	err := w.failure()
+	if err == nil {
+		err = w.commit(group)
+		if err != nil {
+			err = fmt.Errorf("commit to broker store %s: %w; the broker refuses further publishes until restarted", w.db.Path(), err)
+			w.log.Error("embedded broker store failed", "error", err)
+			w.failMu.Lock()
+			w.failed = err
+			w.failMu.Unlock()
+		}
+	}
+	for _, r := range group {
+		if r.done != nil {
+			r.done <- err
 		}
 	}
 }
 
-// lingerForWaiter waits up to linger while only unwaited changes are queued.
-func (w *writer) lingerForWaiter() {
-	w.mu.Lock()
-	idle := len(w.waiters) == 0 && len(w.queue) > 0 && !w.closed
-	w.mu.Unlock()
-	if !idle {
-		return
+func (w *writer) commit(group []write) error {
+	n := 0
+	for _, r := range group {
+		n += len(r.changes)
 	}
-	timer := time.NewTimer(linger)
-	defer timer.Stop()
-	for {
-		select {
-		case <-timer.C:
-			return
-		case <-w.wake:
-			w.mu.Lock()
-			idle = len(w.waiters) == 0 && !w.closed
-			w.mu.Unlock()
-			if !idle {
-				return
-			}
-		}
-	}
-}
-
-func (w *writer) commit(batch []change) error {
-	if len(batch) == 0 {
-		return nil
+	if n == 0 {
+		return nil // only syncs: everything before them is committed
 	}
 	return w.db.Update(func(tx *bbolt.Tx) error {
-		for _, c := range batch {
-			if c.bucket == nil {
-				continue
-			}
-			b := tx.Bucket(c.bucket)
-			var err error
-			switch {
-			case c.prefix:
-				err = deletePrefix(b, c.key)
-			case c.value == nil:
-				err = b.Delete(c.key)
-			default:
-				err = b.Put(c.key, c.value)
-			}
-			if err != nil {
-				return fmt.Errorf("bucket %s key %q: %w", c.bucket, c.key, err)
+		for _, r := range group {
+			for _, c := range r.changes {
+				if err := apply(tx, c); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	})
+}
+
+// apply writes one change inside tx.
+func apply(tx *bbolt.Tx, c change) error {
+	if c.bucket == nil {
+		return nil
+	}
+	b := tx.Bucket(c.bucket)
+	var err error
+	switch {
+	case c.prefix:
+		err = deletePrefix(b, c.key)
+	case c.value == nil:
+		err = b.Delete(c.key)
+	default:
+		err = b.Put(c.key, c.value)
+	}
+	if err != nil {
+		return fmt.Errorf("bucket %s key %q: %w", c.bucket, c.key, err)
+	}
+	return nil
 }
 
 func deletePrefix(b *bbolt.Bucket, prefix []byte) error {

@@ -1,9 +1,13 @@
-// Package groupcommit is the single-writer loop behind the outbox's and the
-// ledger's durable writes: many callers, one transaction (one fsync) for
-// everything waiting at that moment.
+// Package groupcommit is the single-writer loop behind every durable write
+// of the tree: the outbox's and the bbolt ledger's committers, the SQL
+// ledger's workers and the embedded broker's store writer. Many callers,
+// one transaction (one fsync) for everything waiting at that moment.
 package groupcommit
 
-import "runtime"
+import (
+	"runtime"
+	"time"
+)
 
 // Run takes requests from reqs and passes every request that is waiting, up
 // to max at a time, to commit as one group. It never waits for more
@@ -13,7 +17,28 @@ import "runtime"
 // commit owns the group until it returns, and must settle every request in
 // it (report its result to its caller).
 func Run[T any](reqs <-chan T, closing <-chan struct{}, max int, commit func(group []T)) {
-	group := make([]T, 0, min(max, 1024))
+	Loop[T]{Max: max}.Run(reqs, closing, commit)
+}
+
+// Loop is Run with its settings. Several goroutines may run one Loop over
+// one channel (the SQL ledger runs one per connection); each group is then
+// one goroutine's.
+type Loop[T any] struct {
+	// Max is how many requests one group holds at most.
+	Max int
+	// Linger, if positive, holds a group in which no request Waits up to
+	// this long for one that does, so that the waiter shares its commit
+	// instead of paying for a second one. The group is committed as soon as
+	// a waiting request joins it, when Linger has passed, or at closing.
+	Linger time.Duration
+	// Waits reports whether a caller blocks on r's result; needed with
+	// Linger.
+	Waits func(r T) bool
+}
+
+// Run is the loop; see the package function Run.
+func (l Loop[T]) Run(reqs <-chan T, closing <-chan struct{}, commit func(group []T)) {
+	group := make([]T, 0, min(l.Max, 1024))
 	var zero T
 	for {
 		select {
@@ -22,12 +47,45 @@ func Run[T any](reqs <-chan T, closing <-chan struct{}, max int, commit func(gro
 		case <-closing:
 			return
 		}
-		group = drain(reqs, group, max)
+		group = drain(reqs, group, l.Max)
+		if l.Linger > 0 && !l.anyWaits(group) {
+			group = l.linger(reqs, closing, group)
+		}
 		commit(group)
 		for i := range group {
 			group[i] = zero // let settled requests be collected
 		}
 	}
+}
+
+func (l Loop[T]) anyWaits(group []T) bool {
+	for _, r := range group {
+		if l.Waits(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// linger adds requests to a group nobody waits for, until one that waits
+// arrives, Linger passes, closing is closed or the group is full.
+func (l Loop[T]) linger(reqs <-chan T, closing <-chan struct{}, group []T) []T {
+	timer := time.NewTimer(l.Linger)
+	defer timer.Stop()
+	for len(group) < l.Max {
+		select {
+		case r := <-reqs:
+			group = append(group, r)
+			if l.Waits(r) {
+				return drain(reqs, group, l.Max)
+			}
+		case <-timer.C:
+			return group
+		case <-closing:
+			return group
+		}
+	}
+	return group
 }
 
 // drain adds every request that is ready. Writers woken by the previous

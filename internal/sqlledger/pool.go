@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
@@ -16,7 +17,8 @@ import (
 // every processor) of this process that names it. Sharing matters: the
 // in-process claims must be one map, and SQLite wants one writer pool.
 //
-// Its workers group concurrent requests into transactions. A request is
+// Its workers (one groupcommit loop per connection) group concurrent
+// requests into transactions. A request is
 // answered only after its transaction committed or failed, so a message
 // never moves on before its effect (or its key) is durable.
 type Pool struct {
@@ -171,29 +173,12 @@ func (sh *Pool) Wait(ctx context.Context, req *Request) Outcome {
 	}
 }
 
-// work takes whatever requests are queued (up to max) and runs them as one
-// transaction.
+// work is one connection's groupcommit loop: whatever requests are queued
+// (up to max) run as one group. A request still queued at close is failed
+// by Wait.
 func (sh *Pool) work() {
 	defer sh.workers.Done()
-	for {
-		var batch []*Request
-		select {
-		case <-sh.ctx.Done():
-			return
-		case r := <-sh.reqs:
-			batch = append(batch, r)
-		}
-	fill:
-		for len(batch) < sh.max {
-			select {
-			case r := <-sh.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
-		sh.run(batch)
-	}
+	groupcommit.Run(sh.reqs, sh.ctx.Done(), sh.max, sh.run)
 }
 
 // run commits one group: records first (one multi-row transaction), then
