@@ -1,6 +1,7 @@
-// Package claims is the in-process claim table of both dedup ledgers (the
-// bbolt one in internal/ledger, the SQL one in internal/sqlledger): while a
-// message copy holds its key, another local copy of that key waits for it
+// Package claims is what both dedup ledgers (the bbolt one in
+// internal/ledger, the SQL one in internal/sqlledger) share: the Key they
+// store, the Verdict a lookup gives, and the in-process claim table — while
+// a message copy holds its key, another local copy of that key waits for it
 // to settle instead of passing too.
 //
 // Invariant, enforced in Take: at most one Hold per key id exists at a
@@ -11,10 +12,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// Key names one effect in either ledger: the producer's namespace and its
+// event ID. The pair is the identity; each store encodes it so that
+// ("a","bc") and ("ab","c") never collide.
+type Key struct {
+	Namespace string
+	ID        string
+}
+
+// String is the key as errors and logs show it: "namespace/ID", or "ID"
+// without a namespace, quoted so that an empty or odd key is visible.
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return strconv.Quote(k.ID)
+	}
+	return strconv.Quote(k.Namespace + "/" + k.ID)
+}
 
 // Verdict is what a ledger found for a key.
 type Verdict int

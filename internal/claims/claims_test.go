@@ -85,3 +85,19 @@ func TestTakeGivesUp(t *testing.T) {
 		t.Fatalf("%d claims left after settling every hold", tb.Len())
 	}
 }
+
+// A key reads the same in both ledgers' errors: quoted, namespace first.
+func TestKeyString(t *testing.T) {
+	for _, tc := range []struct {
+		k    Key
+		want string
+	}{
+		{Key{ID: "e1"}, `"e1"`},
+		{Key{Namespace: "sensor-demo", ID: "e1"}, `"sensor-demo/e1"`},
+		{Key{Namespace: "p", ID: "a\nb"}, `"p/a\nb"`},
+	} {
+		if got := tc.k.String(); got != tc.want {
+			t.Errorf("%#v.String() = %s, want %s", tc.k, got, tc.want)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func BenchmarkClaimCommit64(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				c, v, err := l.Claim(context.Background(), Key{"bench", strconv.FormatInt(i, 10)}, h, time.Second)
+				c, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: strconv.FormatInt(i, 10)}, h, time.Second)
 				if err != nil || v != Pass {
 					b.Error(v, err)
 					return
@@ -61,7 +61,7 @@ func fill(b *testing.B, l *Ledger, n int) {
 		err := l.db.Update(func(tx *bolt.Tx) error {
 			tx.Bucket(bucketKeys).FillPercent = 0.9
 			for i := from; i < min(from+100_000, n); i++ {
-				k, _ := Key{"bench", fmt.Sprintf("key-%09d", i)}.encode()
+				k, _ := encodeKey(Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", i)})
 				if _, _, err := put(tx, k, h, now); err != nil {
 					return err
 				}
@@ -92,7 +92,7 @@ func BenchmarkLookup(b *testing.B) {
 		h := hashOf("payload")
 		b.Run(fmt.Sprintf("keys=%d/hit", size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				_, v, err := l.Claim(context.Background(), Key{"bench", fmt.Sprintf("key-%09d", (i*7919)%size)}, h, time.Second)
+				_, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", (i*7919)%size)}, h, time.Second)
 				if err != nil || v != Duplicate {
 					b.Fatal(v, err)
 				}
@@ -100,7 +100,7 @@ func BenchmarkLookup(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("keys=%d/miss", size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				c, v, err := l.Claim(context.Background(), Key{"bench", fmt.Sprintf("new-%09d", i)}, h, time.Second)
+				c, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: fmt.Sprintf("new-%09d", i)}, h, time.Second)
 				if err != nil || v != Pass {
 					b.Fatal(v, err)
 				}

@@ -56,7 +56,7 @@ type Claim struct {
 // claims it); after that it fails with ErrInFlight, so that the message is
 // retried instead of passing twice or being dropped.
 func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (*Claim, Verdict, error) {
-	enc, err := key.encode()
+	enc, err := encodeKey(key)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -176,7 +176,7 @@ func (c *Claim) settle(to claims.State) bool { return c.hold.Settle(to) }
 // the ledger's file never stores a duplicate, and nil otherwise.
 func (l *Ledger) SkipIfApplied(key Key, hash [32]byte) func(tx *bolt.Tx) error {
 	return func(tx *bolt.Tx) error {
-		enc, err := key.encode()
+		enc, err := encodeKey(key)
 		if err != nil {
 			return err
 		}

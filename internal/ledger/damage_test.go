@@ -32,7 +32,7 @@ func commitKeys(t *testing.T, l *Ledger, ids ...string) {
 // flipEntry flips one bit of a stored entry behind the ledger's back.
 func flipEntry(t *testing.T, l *Ledger, id string, at int) {
 	t.Helper()
-	k, _ := Key{ID: id}.encode()
+	k, _ := encodeKey(Key{ID: id})
 	if err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketKeys)
 		v := append([]byte(nil), b.Get(k)...)
@@ -84,7 +84,7 @@ func TestVerifiedOpenRefusesDamagedOrMissingEntries(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "l.db")
 		l := openT(t, path, Options{})
 		commitKeys(t, l, "a", "b", "c")
-		k, _ := Key{ID: "b"}.encode()
+		k, _ := encodeKey(Key{ID: "b"})
 		if err := l.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketKeys).Delete(k) }); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 		times, _ := tx.CreateBucket(bucketTime)
 		meta, _ := tx.CreateBucket(bucketMeta)
 		for i := range n {
-			k, _ := Key{ID: fmt.Sprintf("old-%d", i)}.encode()
+			k, _ := encodeKey(Key{ID: fmt.Sprintf("old-%d", i)})
 			h := hashOf(fmt.Sprintf("p%d", i))
 			v := append([]byte{valueVersionV1}, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano()))...)
 			if err := keys.Put(k, append(v, h[:]...)); err != nil {
@@ -198,7 +198,7 @@ func TestUnreadableEntryStopsTheUpgrade(t *testing.T) {
 		keys, _ := tx.CreateBucket(bucketKeys)
 		_, _ = tx.CreateBucket(bucketTime)
 		_, _ = tx.CreateBucket(bucketMeta)
-		k, _ := Key{ID: "x"}.encode()
+		k, _ := encodeKey(Key{ID: "x"})
 		return keys.Put(k, []byte{valueVersionV1, 0, 0})
 	}); err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func lookupIn(tx *bolt.Tx, path string, key Key, damaged func(error) error) (Ent
 	if err != nil {
 		return Entry{}, err
 	}
-	k, err := key.encode()
+	k, err := encodeKey(key)
 	if err != nil {
 		return Entry{}, err
 	}

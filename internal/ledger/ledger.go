@@ -293,22 +293,12 @@ func (l *Ledger) isClosed() bool {
 	}
 }
 
-// Key names one effect: the producer's namespace and its event ID. The pair
-// is encoded with the namespace's length first, so ("a","bc") and ("ab","c")
-// never collide.
-type Key struct {
-	Namespace string
-	ID        string
-}
+// Key names one effect (the type both ledgers share). In the file the pair
+// is encoded with the namespace's length first, so ("a","bc") and
+// ("ab","c") never collide.
+type Key = claims.Key
 
-func (k Key) String() string {
-	if k.Namespace == "" {
-		return fmt.Sprintf("%q", k.ID)
-	}
-	return fmt.Sprintf("%q/%q", k.Namespace, k.ID)
-}
-
-func (k Key) encode() ([]byte, error) {
+func encodeKey(k Key) ([]byte, error) {
 	if k.ID == "" {
 		return nil, errors.New("dedup key is empty")
 	}

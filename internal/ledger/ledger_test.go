@@ -38,7 +38,7 @@ func commitUntilKilled(path string) int {
 		return 1
 	}
 	for i := 0; ; i++ {
-		c, v, err := l.Claim(context.Background(), Key{"crash", strconv.Itoa(i)}, hashOf("p"), time.Second)
+		c, v, err := l.Claim(context.Background(), Key{Namespace: "crash", ID: strconv.Itoa(i)}, hashOf("p"), time.Second)
 		if err != nil || v != Pass {
 			fmt.Println("error:", v, err)
 			return 1
@@ -79,7 +79,7 @@ func claimT(t testing.TB, l *Ledger, key Key, payload string) (*Claim, Verdict) 
 func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l := openT(t, path, Options{})
-	key := Key{"sensor-demo", "batch-42"}
+	key := Key{Namespace: "sensor-demo", ID: "batch-42"}
 	c, v := claimT(t, l, key, `{"delta":1}`)
 	if v != Pass {
 		t.Fatalf("first copy: got %v, want pass", v)
@@ -99,7 +99,7 @@ func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 		t.Fatalf("after reopen: got %v, want duplicate", v)
 	}
 	// The namespace is part of the key.
-	if c, v := claimT(t, l, Key{"other-producer", "batch-42"}, `{"delta":1}`); v != Pass {
+	if c, v := claimT(t, l, Key{Namespace: "other-producer", ID: "batch-42"}, `{"delta":1}`); v != Pass {
 		t.Fatalf("other namespace: got %v, want pass", v)
 	} else {
 		c.Release()
@@ -111,7 +111,7 @@ func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 
 func TestSameKeyDifferentPayloadIsConflict(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{"p", "e1"}
+	key := Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "a")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
@@ -123,11 +123,11 @@ func TestSameKeyDifferentPayloadIsConflict(t *testing.T) {
 
 func TestNamespaceAndKeyDoNotCollide(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	c, _ := claimT(t, l, Key{"a", "bc"}, "x")
+	c, _ := claimT(t, l, Key{Namespace: "a", ID: "bc"}, "x")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if c, v := claimT(t, l, Key{"ab", "c"}, "x"); v != Pass {
+	if c, v := claimT(t, l, Key{Namespace: "ab", ID: "c"}, "x"); v != Pass {
 		t.Fatalf("(ab,c) after (a,bc): got %v, want pass", v)
 	} else {
 		c.Release()
@@ -136,17 +136,17 @@ func TestNamespaceAndKeyDoNotCollide(t *testing.T) {
 
 func TestEmptyAndOversizedKeysAreRefused(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	if _, _, err := l.Claim(context.Background(), Key{"ns", ""}, hashOf("x"), time.Second); err == nil {
+	if _, _, err := l.Claim(context.Background(), Key{Namespace: "ns", ID: ""}, hashOf("x"), time.Second); err == nil {
 		t.Fatal("empty key was accepted")
 	}
-	if _, _, err := l.Claim(context.Background(), Key{"", strings.Repeat("k", MaxKeyBytes+1)}, hashOf("x"), time.Second); err == nil {
+	if _, _, err := l.Claim(context.Background(), Key{Namespace: "", ID: strings.Repeat("k", MaxKeyBytes+1)}, hashOf("x"), time.Second); err == nil {
 		t.Fatal("oversized key was accepted")
 	}
 }
 
 func TestSecondCopyWaitsForFirst(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{"p", "e1"}
+	key := Key{Namespace: "p", ID: "e1"}
 
 	type result struct {
 		c   *Claim
@@ -203,7 +203,7 @@ func TestSecondCopyWaitsForFirst(t *testing.T) {
 
 func TestWaitForCopyInFlightTimesOut(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{"p", "e1"}
+	key := Key{Namespace: "p", ID: "e1"}
 	first, _ := claimT(t, l, key, "x")
 	_, _, err := l.Claim(context.Background(), key, hashOf("x"), 50*time.Millisecond)
 	if !errors.Is(err, ErrInFlight) {
@@ -222,7 +222,7 @@ func TestManyConcurrentCopiesExactlyOnePasses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, v, err := l.Claim(context.Background(), Key{"p", "same"}, hashOf("x"), 10*time.Second)
+			c, v, err := l.Claim(context.Background(), Key{Namespace: "p", ID: "same"}, hashOf("x"), 10*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
@@ -245,7 +245,7 @@ func TestManyConcurrentCopiesExactlyOnePasses(t *testing.T) {
 
 func TestApplyCommitsOnlyWithItsTransaction(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{"p", "e1"}
+	key := Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "x")
 
 	// A rolled-back transaction leaves the key unapplied and the claim held.
@@ -303,7 +303,7 @@ func TestApplyAsOutboxParticipant(t *testing.T) {
 			}
 		}
 	}
-	key := Key{"p", "e1"}
+	key := Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "payload")
 	if _, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(c.Apply)}}); err != nil {
 		t.Fatal(err)
@@ -336,7 +336,7 @@ func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
 	maxSeen := int64(0)
 	for round := range 20 {
 		for i := range 50 {
-			c, v := claimT(t, l, Key{"p", fmt.Sprintf("%d-%d", round, i)}, "x")
+			c, v := claimT(t, l, Key{Namespace: "p", ID: fmt.Sprintf("%d-%d", round, i)}, "x")
 			if v != Pass {
 				t.Fatalf("fresh key: %v", v)
 			}
@@ -357,7 +357,7 @@ func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
 		t.Fatal("nothing expired")
 	}
 	// An expired key passes again.
-	if c, v := claimT(t, l, Key{"p", "0-0"}, "x"); v != Pass {
+	if c, v := claimT(t, l, Key{Namespace: "p", ID: "0-0"}, "x"); v != Pass {
 		t.Fatalf("expired key: got %v, want pass", v)
 	} else {
 		c.Release()
@@ -373,7 +373,7 @@ func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
 func TestExpireKeepsClaimedKeysAndIsBatched(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{ExpireBatch: 10})
 	for i := range 25 {
-		c, _ := claimT(t, l, Key{"p", strconv.Itoa(i)}, "x")
+		c, _ := claimT(t, l, Key{Namespace: "p", ID: strconv.Itoa(i)}, "x")
 		if err := c.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func TestCommittedKeysSurviveSIGKILL(t *testing.T) {
 
 	l := openT(t, path, Options{})
 	for i := 0; i <= last; i++ {
-		if applied, _, _, err := l.Lookup(Key{"crash", strconv.Itoa(i)}); err != nil || !applied {
+		if applied, _, _, err := l.Lookup(Key{Namespace: "crash", ID: strconv.Itoa(i)}); err != nil || !applied {
 			t.Fatalf("key %d reported committed before SIGKILL is missing (err %v)", i, err)
 		}
 	}
@@ -448,7 +448,7 @@ func TestOpenSharesOneLedgerPerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a still works after b's Close.
-	c, _ := claimT(t, a, Key{"p", "x"}, "x")
+	c, _ := claimT(t, a, Key{Namespace: "p", ID: "x"}, "x")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestSplitMessageStoresEveryPartUnderOneClaim(t *testing.T) {
 			defer ob.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			key := Key{"p", "split-1"}
+			key := Key{Namespace: "p", ID: "split-1"}
 			c, _ := claimT(t, l, key, "whole message")
 			appendPart := func(id string) error {
 				_, err := ob.Append(ctx, outbox.Entry{EventID: id, Topic: "t", Payload: []byte(id),

@@ -28,7 +28,7 @@ func BenchmarkApply(b *testing.B) {
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					k := Key{"bench", fmt.Sprint(next.Add(1))}
+					k := Key{Namespace: "bench", ID: fmt.Sprint(next.Add(1))}
 					if _, err := s.Apply(ctx, k, nil, st); err != nil {
 						b.Error(err)
 						return
@@ -56,7 +56,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 				entries := make([]Entry, size)
 				for i := range entries {
 					n++
-					entries[i] = Entry{Key: Key{"bench", fmt.Sprint(n)}, Stmts: st}
+					entries[i] = Entry{Key: Key{Namespace: "bench", ID: fmt.Sprint(n)}, Stmts: st}
 				}
 				if _, err := s.ApplyBatch(ctx, entries); err != nil {
 					b.Fatal(err)

@@ -52,7 +52,7 @@ func (s *Store) Summarize(ctx context.Context) (Summary, error) {
 func (s *Store) Entry(ctx context.Context, k Key) (hash []byte, at time.Time, found bool, err error) {
 	var raw any
 	q := fmt.Sprintf(`SELECT "hash", "applied_at" FROM %s WHERE "namespace" = %s AND "key" = %s`, s.table, s.placeholder(1), s.placeholder(2))
-	err = s.db.QueryRowContext(ctx, q, k.Namespace, k.Key).Scan(&hash, &raw)
+	err = s.db.QueryRowContext(ctx, q, k.Namespace, k.ID).Scan(&hash, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, at, false, nil
 	}

@@ -278,7 +278,7 @@ type Claim struct {
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
 func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, claims.Verdict, error) {
-	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.Key, wait)
+	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.ID, wait)
 	switch {
 	case errors.Is(err, claims.ErrInFlight):
 		return nil, 0, fmt.Errorf("dedup key %s: %w after %s; the message fails and is retried", key, claims.ErrInFlight, wait)

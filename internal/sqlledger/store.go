@@ -25,6 +25,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // Driver names the database: SQLite or Postgres.
@@ -75,12 +77,9 @@ type Exec struct {
 	Args  []any
 }
 
-// Key identifies a message's effect. Namespace is typically the producer.
-type Key struct {
-	Namespace, Key string
-}
-
-func (k Key) String() string { return k.Namespace + "/" + k.Key }
+// Key identifies a message's effect (the type both ledgers share): the
+// row's namespace and key columns.
+type Key = claims.Key
 
 // Result of Apply.
 type Result struct {
@@ -324,7 +323,7 @@ func runStmts(ctx context.Context, tx *sql.Tx, stmts []Exec) error {
 // transaction and then skips (or inserts, if that one rolled back); SQLite
 // serializes writers outright.
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, k Key, hash []byte) (bool, error) {
-	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.Key, hash, s.d.timeArg(s.now()))
+	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.ID, hash, s.d.timeArg(s.now()))
 	if err != nil {
 		return false, fmt.Errorf("insert ledger row: %w", err)
 	}
@@ -341,7 +340,7 @@ type queryer interface {
 
 func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, error) {
 	var hash []byte
-	err := q.QueryRowContext(ctx, s.lookupSQL, k.Namespace, k.Key).Scan(&hash)
+	err := q.QueryRowContext(ctx, s.lookupSQL, k.Namespace, k.ID).Scan(&hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}

@@ -138,7 +138,7 @@ func testRedeliveredEventCountsOnce(t *testing.T, b backend) {
 	s := open(t, b, dsn, nil)
 	exec(t, s, `CREATE TABLE counter (value INTEGER NOT NULL)`)
 	exec(t, s, `INSERT INTO counter (value) VALUES (0)`)
-	k := Key{"sensor-demo", "batch-42"}
+	k := Key{Namespace: "sensor-demo", ID: "batch-42"}
 	hash := []byte{0xde, 0xad, 0xbe, 0xef}
 
 	r, err := s.Apply(ctx, k, hash, []Exec{incr(b, 1)})
@@ -169,7 +169,7 @@ func testFailingStatementCommitsNothing(t *testing.T, b backend) {
 	s := newStore(t, b, nil)
 	exec(t, s, `CREATE TABLE uniq (id INTEGER PRIMARY KEY)`)
 	exec(t, s, `INSERT INTO uniq (id) VALUES (1)`)
-	k := Key{"sensor-demo", "batch-42"}
+	k := Key{Namespace: "sensor-demo", ID: "batch-42"}
 
 	bad := map[string]Exec{
 		"constraint violation": {Query: "INSERT INTO uniq (id) VALUES (" + b.ph(1) + ")", Args: []any{1}},
@@ -216,7 +216,7 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 		errs := make(chan error, 16)
 		for range 16 {
 			wg.Go(func() {
-				r, err := s.Apply(ctx, Key{"sensor-demo", "batch-42"}, []byte("h"), []Exec{incr(b, 1)})
+				r, err := s.Apply(ctx, Key{Namespace: "sensor-demo", ID: "batch-42"}, []byte("h"), []Exec{incr(b, 1)})
 				if err != nil {
 					errs <- err
 					return
@@ -249,7 +249,7 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 		s := newStore(t, b, func(c *Config) { c.MaxOpenConns = 8 })
 		var work []Key
 		for i := range 200 {
-			work = append(work, Key{"p", fmt.Sprint(i)})
+			work = append(work, Key{Namespace: "p", ID: fmt.Sprint(i)})
 		}
 		for range 200 {
 			work = append(work, work[rand.N(200)])
@@ -286,7 +286,7 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 func testRecordIsOneIdempotentTransaction(t *testing.T, b backend) {
 	ctx := testCtx(t)
 	s := newStore(t, b, nil)
-	a, bb, c := Key{"n", "a"}, Key{"n", "b"}, Key{"n", "c"}
+	a, bb, c := Key{Namespace: "n", ID: "a"}, Key{Namespace: "n", ID: "b"}, Key{Namespace: "n", ID: "c"}
 
 	got, err := s.Record(ctx, []Key{a, bb, a}, [][]byte{[]byte("ha"), []byte("hb"), []byte("ha2")})
 	if err != nil || fmt.Sprint(got) != "[true true false]" {
@@ -302,7 +302,7 @@ func testRecordIsOneIdempotentTransaction(t *testing.T, b backend) {
 	if h, found, err := s.Lookup(ctx, c); err != nil || !found || h != nil {
 		t.Fatalf("Lookup(c) = %q, %v, %v; want found with no hash", h, found, err)
 	}
-	if _, found, err := s.Lookup(ctx, Key{"other", "a"}); err != nil || found {
+	if _, found, err := s.Lookup(ctx, Key{Namespace: "other", ID: "a"}); err != nil || found {
 		t.Fatalf("Lookup in another namespace = %v, %v; namespaces must be separate", found, err)
 	}
 	if n := count(t, s); n != 3 {
@@ -315,13 +315,13 @@ func testRecordIsOneIdempotentTransaction(t *testing.T, b backend) {
 	// One transaction: when a later key fails, the earlier new key of
 	// the same call is not left behind. PostgreSQL rejects a NUL byte in
 	// TEXT; SQLite accepts it, so there a cancelled context stands in.
-	bad, cctx := Key{"n", "bad\x00"}, ctx
+	bad, cctx := Key{Namespace: "n", ID: "bad\x00"}, ctx
 	if b.driver == SQLite {
 		c, cancel := context.WithCancel(ctx)
 		cancel()
 		cctx = c
 	}
-	if _, err := s.Record(cctx, []Key{{"n", "d"}, bad}, nil); err == nil {
+	if _, err := s.Record(cctx, []Key{{Namespace: "n", ID: "d"}, bad}, nil); err == nil {
 		t.Fatal("Record with a failing key succeeded")
 	}
 	if n := count(t, s); n != 3 {
@@ -335,7 +335,7 @@ func testExpireRemovesOldestInBoundedBatches(t *testing.T, b backend) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 25 {
 		s.now = func() time.Time { return t0.Add(time.Duration(i) * time.Second) }
-		if _, err := s.Apply(ctx, Key{"n", fmt.Sprint(i)}, nil, nil); err != nil {
+		if _, err := s.Apply(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -361,12 +361,12 @@ func testExpireRemovesOldestInBoundedBatches(t *testing.T, b backend) {
 		t.Fatalf("Count = %d after expiry, want 15", n)
 	}
 	for i, want := range map[int]bool{0: false, 9: false, 10: true, 24: true} {
-		if _, found, _ := s.Lookup(ctx, Key{"n", fmt.Sprint(i)}); found != want {
+		if _, found, _ := s.Lookup(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}); found != want {
 			t.Fatalf("key %d found = %v after expiry, want %v", i, found, want)
 		}
 	}
 	// An expired key is new again: that is what retention trades away.
-	if r, err := s.Apply(ctx, Key{"n", "0"}, nil, nil); err != nil || !r.Inserted {
+	if r, err := s.Apply(ctx, Key{Namespace: "n", ID: "0"}, nil, nil); err != nil || !r.Inserted {
 		t.Fatalf("Apply of an expired key = %+v, %v; want Inserted", r, err)
 	}
 }
@@ -384,7 +384,7 @@ func testWrongColumnsRejected(t *testing.T, b backend) {
 func testApplyBatchIsolatesFailingMessage(t *testing.T, b backend) {
 	ctx := testCtx(t)
 	s := newStore(t, b, nil)
-	k1, k2, k3 := Key{"n", "1"}, Key{"n", "2"}, Key{"n", "3"}
+	k1, k2, k3 := Key{Namespace: "n", ID: "1"}, Key{Namespace: "n", ID: "2"}, Key{Namespace: "n", ID: "3"}
 	out, err := s.ApplyBatch(ctx, []Entry{
 		{Key: k1, Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
 		{Key: k2, Stmts: []Exec{incr(b, 100), {Query: "UPDATE no_such_table SET x = 1"}}},
@@ -434,7 +434,7 @@ func testPostgresDeadlockIsRetried(t *testing.T, b backend) {
 	errs := make([]error, 2)
 	for i, order := range [][2]int{{1, 2}, {2, 1}} {
 		wg.Go(func() {
-			results[i], errs[i] = s.Apply(ctx, Key{"n", fmt.Sprint(i)}, nil, []Exec{bump(order[0]), pause, bump(order[1])})
+			results[i], errs[i] = s.Apply(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, []Exec{bump(order[0]), pause, bump(order[1])})
 		})
 	}
 	wg.Wait()
@@ -504,7 +504,7 @@ func TestSQLiteBusyIsRetried(t *testing.T) {
 	// Retries off: the lock wins, nothing is committed.
 	noRetry := open(t, b, dsn, func(c *Config) { short(c); c.MaxRetries = -1 })
 	tx := hold()
-	_, err = noRetry.Apply(ctx, Key{"n", "k"}, nil, []Exec{incr(b, 1)})
+	_, err = noRetry.Apply(ctx, Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
 	if err == nil || !noRetry.IsRetryable(err) {
 		t.Fatalf("Apply under a held lock without retries = %v; want a retryable busy error", err)
 	}
@@ -519,7 +519,7 @@ func TestSQLiteBusyIsRetried(t *testing.T) {
 	var r Result
 	go func() {
 		defer close(done)
-		r, err = s.Apply(ctx, Key{"n", "k"}, nil, []Exec{incr(b, 1)})
+		r, err = s.Apply(ctx, Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
 	}()
 	time.Sleep(time.Second) // many busy timeouts: Apply must have retried
 	tx.Rollback()

@@ -249,7 +249,7 @@ func (p *sqlProcessor) keyAndHash(batch service.MessageBatch, i int) (sqlledger.
 	if err != nil {
 		return sqlledger.Key{}, [32]byte{}, err
 	}
-	key := sqlledger.Key{Namespace: ns, Key: id}
+	key := sqlledger.Key{Namespace: ns, ID: id}
 	hash, err := hashOf(batch[i], key)
 	return key, hash, err
 }

@@ -531,7 +531,7 @@ func TestLedgerStatAndLookupOnSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys := []sqlledger.Key{{Namespace: "p", Key: "a"}, {Namespace: "p", Key: "b"}, {Namespace: "q", Key: "a"}}
+			keys := []sqlledger.Key{{Namespace: "p", ID: "a"}, {Namespace: "p", ID: "b"}, {Namespace: "q", ID: "a"}}
 			hashes := [][]byte{{1, 2}, {3, 4}, {5, 6}}
 			if _, err := s.Record(ctx, keys, hashes); err != nil {
 				t.Fatal(err)
