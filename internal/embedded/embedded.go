@@ -57,12 +57,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Scheme is the URL scheme that selects the embedded broker.
@@ -89,7 +89,7 @@ const (
 
 	// closeTimeout bounds Release of the last reference: mochi waits for every
 	// client goroutine, and a stuck one must not hang the caller's shutdown.
-	closeTimeout = 10 * time.Second
+	closeTimeout = shutdown.Commit
 )
 
 // Config is a parsed `embedded://` URL.
@@ -426,16 +426,9 @@ func (inst *instance) close() error {
 // closeBounded closes a mochi server (listeners, clients, then hooks, which
 // closes the store), giving up after closeTimeout.
 func closeBounded(server *mqtt.Server) error {
-	done := make(chan struct{})
-	go func() {
-		_ = server.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-time.After(closeTimeout):
+	if !shutdown.Wait(closeTimeout, shutdown.Go(func() { _ = server.Close() })) {
 		return errors.New("close did not finish within " + closeTimeout.String() +
 			"; a client connection is stuck, the data file may stay locked until the process exits")
 	}
+	return nil
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 var (
@@ -62,7 +63,7 @@ const (
 )
 
 // closeTimeout bounds how long Close waits for a commit in progress.
-const closeTimeout = 10 * time.Second
+const closeTimeout = shutdown.Commit
 
 // ErrClosed is returned by calls on a closed ledger.
 var ErrClosed = errors.New("ledger closed")
@@ -255,13 +256,8 @@ func (l *Ledger) Close() error {
 		return nil // other users remain, or already closed
 	}
 	close(l.closing)
-	timeout := time.After(closeTimeout)
-	for _, done := range []chan struct{}{l.committerDone, l.expirerDone} {
-		select {
-		case <-done:
-		case <-timeout:
-			return fmt.Errorf("dedup ledger file %s: a commit did not finish within %s; the file is left open", l.path, closeTimeout)
-		}
+	if !shutdown.Wait(closeTimeout, l.committerDone, l.expirerDone) {
+		return fmt.Errorf("dedup ledger file %s: a commit did not finish within %s; the file is left open", l.path, closeTimeout)
 	}
 	for _, h := range l.claims.Holds() {
 		h.Settle(claims.Released)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 var (
@@ -59,7 +60,7 @@ var ErrClosed = errors.New("outbox closed")
 var ErrCorrupt = errors.New("corrupt outbox record")
 
 // closeTimeout bounds how long Close waits for a commit in progress.
-const closeTimeout = 10 * time.Second
+const closeTimeout = shutdown.Commit
 
 // Entry is what a writer appends.
 type Entry struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Pool is one SQL ledger table used by every dedup_ledger thread (and
@@ -115,6 +116,10 @@ func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, e
 	return sh, nil
 }
 
+// releaseTimeout bounds the wait for transactions in progress: a commit,
+// plus a retry's backoff.
+var releaseTimeout = shutdown.Outer(shutdown.Commit)
+
 // Release drops one reference; the last one stops the workers (bounded)
 // and closes the pool.
 func (sh *Pool) Release() error {
@@ -122,12 +127,8 @@ func (sh *Pool) Release() error {
 		return nil
 	}
 	sh.stop()
-	done := make(chan struct{})
-	go func() { sh.workers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		return errors.New("dedup_ledger: closing the SQL ledger: transactions still running after 15s")
+	if !shutdown.Wait(releaseTimeout, shutdown.Go(sh.workers.Wait)) {
+		return fmt.Errorf("dedup_ledger: closing the SQL ledger: transactions still running after %s", releaseTimeout)
 	}
 	return sh.store.Close()
 }

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // processor is one pipeline thread's dedup_ledger. Benthos builds one per
@@ -247,5 +247,5 @@ func (p *processor) fail(msg *service.Message, err error) *service.Message {
 // Close releases this thread's share of the ledger; the ledger bounds its
 // own wait too.
 func (p *processor) Close(ctx context.Context) error {
-	return p.closeOnceWithin(ctx, 15*time.Second, "dedup ledger "+p.l.Path(), p.l.Close)
+	return p.closeOnceWithin(ctx, shutdown.Outer(shutdown.Commit), "dedup ledger "+p.l.Path(), p.l.Close)
 }

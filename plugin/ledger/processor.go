@@ -16,6 +16,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 const (
@@ -287,16 +288,6 @@ func (c *common) fail(msg *service.Message, err error) *service.Message {
 // closeOnceWithin runs release once and waits for it at most limit: Benthos
 // gives Close a context without deadline.
 func (c *common) closeOnceWithin(ctx context.Context, limit time.Duration, what string, release func() error) error {
-	c.closeOnce.Do(func() {
-		done := make(chan error, 1)
-		go func() { done <- release() }()
-		select {
-		case c.closeErr = <-done:
-		case <-ctx.Done():
-			c.closeErr = ctx.Err()
-		case <-time.After(limit):
-			c.closeErr = fmt.Errorf("closing %s: timed out after %s", what, limit)
-		}
-	})
+	c.closeOnce.Do(func() { c.closeErr = shutdown.Within(ctx, limit, what, release) })
 	return c.closeErr
 }

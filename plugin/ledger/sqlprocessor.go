@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 )
@@ -257,5 +257,5 @@ func (p *sqlProcessor) keyAndHash(batch service.MessageBatch, i int) (sqlledger.
 // Close gives back this thread's share of the store; the last one closes
 // the pool (bounded inside release).
 func (p *sqlProcessor) Close(ctx context.Context) error {
-	return p.closeOnceWithin(ctx, 20*time.Second, "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.Release)
+	return p.closeOnceWithin(ctx, shutdown.Outer(shutdown.Outer(shutdown.Commit)), "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.Release)
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 const (
@@ -83,7 +84,7 @@ const (
 )
 
 // closeTimeout bounds Close: Benthos hands Close a context without deadline.
-const closeTimeout = 10 * time.Second
+const closeTimeout = shutdown.Commit
 
 func inputSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().

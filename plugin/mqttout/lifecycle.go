@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -17,10 +16,11 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // closeTimeout bounds Close: Benthos hands Close a context without deadline.
-const closeTimeout = 5 * time.Second
+const closeTimeout = shutdown.Send
 
 // maxMQTTPayload is the largest payload an MQTT 3.1.1 PUBLISH can carry
 // (the remaining-length limit less a maximal topic and packet ID).
