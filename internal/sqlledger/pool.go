@@ -1,10 +1,14 @@
 package sqlledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,12 +270,15 @@ func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf fun
 }
 
 // Claim is an in-process claim on a key that is not in the table yet,
-// held by the one message copy that passed, until its hook records the key
-// or releases it. It stops a second local copy from passing meanwhile.
-// (Copies at other processes are not seen: without apply, two instances
-// can both pass one key at the same instant; see the docs.)
+// held by the one message copy that passed, until the key is recorded
+// (Commit) or given up (Release). It stops a second local copy from
+// passing meanwhile. (Copies at other processes are not seen: without
+// apply, two instances can both pass one key at the same instant; see the
+// docs.)
 type Claim struct {
+	pool *Pool
 	key  Key
+	hash []byte
 	hold *claims.Hold
 }
 
@@ -286,10 +293,10 @@ func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Durat
 	case err != nil:
 		return nil, 0, err
 	}
-	c := &Claim{key: key, hold: hold}
+	c := &Claim{pool: sh, key: key, hash: hash, hold: hold}
 	stored, found, err := sh.store.Lookup(ctx, key)
 	if err != nil || found {
-		c.Settle()
+		c.Release()
 	}
 	switch {
 	case err != nil:
@@ -305,10 +312,72 @@ func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Durat
 // Key returns the claimed key.
 func (c *Claim) Key() Key { return c.key }
 
-// Settle ends the claim (after the key was recorded, or to release it);
-// waiters then look the key up again. The SQL ledger reads its table, not
-// how a claim settled.
-func (c *Claim) Settle() { c.hold.Settle(claims.Released) }
+// Commit records the key (its effect was committed elsewhere) in the
+// pool's next group transaction and returns once that committed; the
+// claim then ends. On error the claim is still held.
+func (c *Claim) Commit(ctx context.Context) error {
+	if o := c.pool.Do(ctx, NewRequest(Entry{Key: c.key, Hash: c.hash}, true)); o.Err != nil {
+		return o.Err
+	}
+	c.hold.Settle(claims.Committed)
+	return nil
+}
+
+// Release ends the claim without recording the key; only the first end of
+// a claim returns true. Waiters then look the key up again: the SQL ledger
+// reads its table, not how a claim ended.
+func (c *Claim) Release() bool { return c.hold.Settle(claims.Released) }
+
+// Committed reports whether Commit recorded the key.
+func (c *Claim) Committed() bool { return c.hold.State() == claims.Committed }
+
+// ApplyAll submits every entry's transaction work at once, so that the
+// workers can put them into shared transactions, then waits for each
+// outcome; outcome i is entry i's. An entry moves on only after its commit.
+func (sh *Pool) ApplyAll(ctx context.Context, entries []Entry) []Outcome {
+	out := make([]Outcome, len(entries))
+	reqs := make([]*Request, len(entries))
+	for i, e := range entries {
+		req := NewRequest(e, false)
+		if err := sh.Submit(ctx, req); err != nil {
+			out[i].Err = fmt.Errorf("dedup key %s: %w", e.Key, err)
+			continue
+		}
+		reqs[i] = req
+	}
+	for i, req := range reqs {
+		if req != nil {
+			out[i] = sh.Wait(ctx, req)
+		}
+	}
+	return out
+}
+
+// Verdict tells what an applied entry with payload hash was: Pass when it
+// created the row (its statements committed), otherwise Duplicate, or
+// Conflict when the stored hash differs.
+func (o Outcome) Verdict(hash []byte) claims.Verdict {
+	switch {
+	case o.Inserted:
+		return claims.Pass
+	case len(o.ExistingHash) > 0 && !bytes.Equal(o.ExistingHash, hash):
+		return claims.Conflict
+	}
+	return claims.Duplicate
+}
+
+// MkdirFor creates the directory of an SQLite file, as the bbolt ledger
+// does for its path, so a fresh data directory works out of the box.
+func MkdirFor(c Config) error {
+	if c.Driver != SQLite || strings.HasPrefix(c.DSN, "file:") || strings.HasPrefix(c.DSN, ":memory:") {
+		return nil
+	}
+	path, _, _ := strings.Cut(c.DSN, "?")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("dedup_ledger: creating the directory of SQLite database %s: %w", path, err)
+	}
+	return nil
+}
 
 // Store returns the table the pool writes (for inspection; writes go
 // through requests).

@@ -250,6 +250,9 @@ func (s *Store) checkColumns(ctx context.Context) error {
 
 var ledgerColumns = []string{"namespace", "key", "hash", "applied_at"}
 
+// Table returns the ledger table's name.
+func (s *Store) Table() string { return s.cfg.Table }
+
 // Close closes the connection pool.
 func (s *Store) Close() error { return s.db.Close() }
 

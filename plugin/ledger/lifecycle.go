@@ -6,21 +6,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
-// processor is one pipeline thread's dedup_ledger. Benthos builds one per
-// thread; they share the file's *ledger.Ledger and so its claims.
+// processor is one pipeline thread's dedup_ledger on a bbolt file. Benthos
+// builds one per thread; they share the file's *ledger.Ledger and so its
+// claims.
 type processor struct {
 	common
 	l *ledger.Ledger
 }
+
+// errNoCommitPath explains what commit: auto needs.
+var errNoCommitPath = dedup.ErrNoCommitPath
 
 func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processor, error) {
 	s, err := parseSettings(conf)
@@ -37,215 +44,143 @@ func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processo
 	if err != nil {
 		return nil, err
 	}
-	p := &processor{common: common{s: s, log: mgr.Logger(), m: newMetrics(mgr, s)}, l: l}
-	p.m.keys.Set(l.Stats().Keys)
+	p := &processor{common: newCommon(s, mgr), l: l}
+	p.gate.Store = dedup.Bolt(l)
+	p.gate.OnCommit = p.countKeys
+	p.countKeys()
 	return p, nil
 }
 
-func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
-	// Exactly one store: a bbolt file or an SQL database.
-	hasPath, hasSQL := conf.Contains(fieldPath), conf.Contains(fieldSQL)
-	switch {
-	case hasPath && hasSQL:
-		return s, errors.New("dedup_ledger: set either path (a bbolt file) or sql (a database), not both")
-	case !hasPath && !hasSQL:
-		return s, errors.New("dedup_ledger: no ledger store: set path (a bbolt file; use the outbox.path of the reliable_mqtt_out that follows) or sql (a SQLite or PostgreSQL database)")
-	case hasPath:
-		if s.path, err = conf.FieldString(fieldPath); err != nil {
-			return s, err
-		}
-		if s.path == "" {
-			return s, errors.New("path is empty: give the bbolt file of the dedup ledger (use the outbox.path of the reliable_mqtt_out that follows), or use sql instead")
-		}
-	default:
-		if s.sql, err = parseSQLSettings(conf.Namespace(fieldSQL)); err != nil {
-			return s, err
-		}
-	}
-	if s.key, err = conf.FieldInterpolatedString(fieldKey); err != nil {
-		return s, err
-	}
-	if raw, _ := conf.FieldString(fieldNamespace); raw != "" {
-		if s.namespace, err = conf.FieldInterpolatedString(fieldNamespace); err != nil {
-			return s, err
-		}
-	}
-	dup, err := conf.FieldString(fieldOnDuplicate)
-	if err != nil {
-		return s, err
-	}
-	if dup != duplicateDrop && dup != duplicateFlag {
-		return s, fmt.Errorf("on_duplicate must be %q or %q, got %q", duplicateDrop, duplicateFlag, dup)
-	}
-	s.flag = dup == duplicateFlag
-	if s.retention, err = conf.FieldDuration(fieldRetention); err != nil {
-		return s, err
-	}
-	if s.retention < 0 {
-		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
-	}
-	mode, err := conf.FieldString(fieldCommit)
-	if err != nil {
-		return s, err
-	}
-	if mode != commitAuto && mode != commitImmediate {
-		return s, fmt.Errorf("commit must be %q or %q, got %q", commitAuto, commitImmediate, mode)
-	}
-	s.immediate = mode == commitImmediate
-	if s.waitTimeout, err = conf.FieldDuration(fieldWaitTimeout); err != nil {
-		return s, err
-	}
-	if s.waitTimeout <= 0 {
-		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
-	}
-	verify, err := conf.FieldString(fieldVerify)
-	if err != nil {
-		return s, err
-	}
-	if s.verify, err = boltfile.ParseVerify(verify); err != nil {
-		return s, err
-	}
-	if s.rollback, err = conf.FieldBool(fieldRollback); err != nil {
-		return s, err
-	}
-	return s, nil
-}
-
-// errNoCommitPath explains what commit: auto needs.
-var errNoCommitPath = errors.New("dedup_ledger (commit: auto) cannot record this message's key: it did not come from reliable_mqtt_in, so nothing tells the ledger when its effect is committed. " +
-	"Read it with reliable_mqtt_in (the key is then committed with the outbox record of a reliable_mqtt_out on the same file, or when the pipeline acknowledges the message), " +
-	"or set commit: immediate to record keys before the output runs (like Benthos's dedupe: a failed output then loses the message)")
+func (p *processor) countKeys() { p.m.keys.Set(p.l.Stats().Keys) }
 
 // ProcessBatch checks every message of the batch against the ledger.
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
-	out := make(service.MessageBatch, 0, len(batch))
-	inBatch := map[ledger.Key][32]byte{} // passed keys and their hashes
-	for i, msg := range batch {
-		ns, id, err := p.keyOf(batch, i)
-		if err != nil {
-			out = append(out, p.fail(msg, err))
-			continue
-		}
-		key := ledger.Key{Namespace: ns, ID: id}
-		hash, err := hashOf(msg, key)
-		if err != nil {
-			out = append(out, p.fail(msg, err))
-			continue
-		}
-
-		// A copy of a key an earlier message of this batch claimed: the
-		// batch is acknowledged or retried as one, so waiting for that
-		// claim would wait for ourselves.
-		if earlier, ok := inBatch[key]; ok {
-			if earlier != hash {
-				out = append(out, p.conflict(msg, key))
-			} else if m := p.duplicate(msg, key, hash); m != nil {
-				out = append(out, m)
-			}
-			continue
-		}
-
-		claim, verdict, err := p.l.Claim(ctx, key, hash, p.s.waitTimeout)
-		if err != nil {
-			out = append(out, p.fail(msg, err))
-			continue
-		}
-		switch verdict {
-		case ledger.Duplicate:
-			if m := p.duplicate(msg, key, hash); m != nil {
-				out = append(out, m)
-			}
-			continue
-		case ledger.Conflict:
-			out = append(out, p.conflict(msg, key))
-			continue
-		}
-		m, err := p.pass(ctx, msg, claim)
-		if err != nil {
-			claim.Release()
-			p.m.releases.Incr(1)
-			out = append(out, p.fail(msg, err))
-			continue
-		}
-		inBatch[key] = hash
-		out = append(out, m)
-	}
-	p.m.keys.Set(p.l.Stats().Keys)
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return []service.MessageBatch{out}, nil
-}
-
-// pass lets a claimed message through and arranges for its key to be
-// recorded when its effect commits.
-func (p *processor) pass(ctx context.Context, msg *service.Message, claim *ledger.Claim) (*service.Message, error) {
-	if p.s.immediate {
-		if err := claim.Commit(ctx); err != nil {
-			return nil, err
-		}
-		p.m.commits.Incr(1)
-		p.m.passed.Incr(1)
-		return msg, nil
-	}
-	hooks := commit.HooksFrom(msg.Context())
-	if hooks == nil {
-		return nil, fmt.Errorf("dedup key %s: %w", claim.Key(), errNoCommitPath)
-	}
-	if err := hooks.Register(p.onDelivered(claim)); err != nil {
-		return nil, fmt.Errorf("dedup key %s: %w", claim.Key(), err)
-	}
-	ctx2 := commit.WithParticipant(msg.Context(), claim.Participant())
-	p.m.passed.Incr(1)
-	return msg.WithContext(ctx2), nil
-}
-
-// onDelivered is the delivery hook of a passed message: it runs once with
-// the pipeline's final result, before the input acknowledges the source.
-func (p *processor) onDelivered(claim *ledger.Claim) commit.DeliveryHook {
-	return func(ctx context.Context, result error) error {
-		if result != nil {
-			// Nothing to do if an output on our file already committed the
-			// key with its record: that effect is durable.
-			if claim.Release() {
-				p.m.releases.Incr(1)
-			} else if claim.Committed() {
-				p.m.commits.Incr(1)
-			}
-			return nil
-		}
-		if err := claim.Commit(ctx); err != nil {
-			if claim.Release() {
-				p.m.releases.Incr(1)
-			}
-			// Failing the hook keeps the source unacknowledged: the broker
-			// redelivers and the copy passes again.
-			return fmt.Errorf("dedup_ledger: recording key %s in %s failed, the message is not acknowledged and will be redelivered: %w", claim.Key(), p.l.Path(), err)
-		}
-		p.m.commits.Incr(1)
-		p.m.keys.Set(p.l.Stats().Keys)
-		return nil
-	}
-}
-
-// duplicate drops msg, or flags it; a flagged copy carries a participant
-// that stops a writer on the ledger's file from storing it again.
-func (p *processor) duplicate(msg *service.Message, key ledger.Key, hash [32]byte) *service.Message {
-	if p.s.flag {
-		msg = msg.WithContext(commit.WithParticipant(msg.Context(), p.l.SkipParticipant(key, hash)))
-	}
-	return p.common.duplicate(msg, key)
-}
-
-// fail flags msg with err, and makes a writer on the ledger's file refuse
-// it, so a message the ledger could not check is never enqueued unchecked.
-func (p *processor) fail(msg *service.Message, err error) *service.Message {
-	msg = msg.WithContext(commit.WithParticipant(msg.Context(), p.l.RefuseParticipant(err)))
-	return p.common.fail(msg, err)
+	out := p.check(ctx, batch)
+	p.countKeys()
+	return batchOf(out), nil
 }
 
 // Close releases this thread's share of the ledger; the ledger bounds its
 // own wait too.
 func (p *processor) Close(ctx context.Context) error {
 	return p.closeOnceWithin(ctx, shutdown.Outer(shutdown.Commit), "dedup ledger "+p.l.Path(), p.l.Close)
+}
+
+// common is what the bbolt and the SQL processor share: the settings, the
+// gate that decides each copy's fate, how a message's key is evaluated,
+// what happens to a copy that does not pass (duplicate, conflict, failure)
+// with its metrics, and a bounded Close.
+type common struct {
+	s    settings
+	log  *service.Logger
+	m    *metrics
+	gate dedup.Gate // Store set by the constructor
+
+	closeOnce sync.Once // Benthos may call Close more than once
+	closeErr  error
+}
+
+func newCommon(s settings, mgr *service.Resources) common {
+	m := newMetrics(mgr, s)
+	return common{s: s, log: mgr.Logger(), m: m, gate: dedup.Gate{
+		Wait: s.waitTimeout, Immediate: s.immediate,
+		Passed: m.passed, Commits: m.commits, Releases: m.releases,
+	}}
+}
+
+// check decides the fate of every message of the batch through the gate:
+// copies of applied keys are dropped or flagged, the others pass claimed.
+func (c *common) check(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
+	out := make(service.MessageBatch, 0, len(batch))
+	b := c.gate.Batch()
+	for i, msg := range batch {
+		key, hash, err := c.keyOf(batch, i)
+		d := c.gate.Fail(err)
+		if err == nil {
+			d = b.Check(ctx, key, hash, commit.HooksFrom(msg.Context()))
+		}
+		if d.Join != nil {
+			msg = msg.WithContext(commit.WithParticipant(msg.Context(), *d.Join))
+		}
+		switch {
+		case d.Err != nil:
+			msg = c.fail(msg, d.Err)
+		case d.Verdict == claims.Duplicate:
+			msg = c.duplicate(msg, key)
+		case d.Verdict == claims.Conflict:
+			msg = c.conflict(msg, key)
+		}
+		if msg != nil {
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
+// keyOf evaluates the key of message i and hashes its payload.
+func (c *common) keyOf(batch service.MessageBatch, i int) (key dedup.Key, hash [32]byte, err error) {
+	id, err := batch.TryInterpolatedString(i, c.s.key)
+	if err != nil {
+		return key, hash, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
+	}
+	var ns string
+	if c.s.namespace != nil {
+		if ns, err = batch.TryInterpolatedString(i, c.s.namespace); err != nil {
+			return key, hash, fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
+		}
+	}
+	if key, err = dedup.NewKey(ns, id); err != nil {
+		return key, hash, err
+	}
+	payload, err := batch[i].AsBytes()
+	if err != nil {
+		return key, hash, fmt.Errorf("dedup key %s: reading payload: %w", key, err)
+	}
+	return key, dedup.Hash(payload), nil
+}
+
+// duplicate counts a copy of an applied key and drops it (nil), or with
+// on_duplicate: flag passes it with metadata dedup_duplicate.
+func (c *common) duplicate(msg *service.Message, key dedup.Key) *service.Message {
+	c.m.duplicates.Incr(1)
+	if !c.s.flag {
+		c.log.Debugf("Dropping duplicate of dedup key %s", key)
+		return nil
+	}
+	msg.MetaSetMut(metaDuplicate, true)
+	return msg
+}
+
+// conflict flags a copy whose payload differs from the applied one.
+func (c *common) conflict(msg *service.Message, key dedup.Key) *service.Message {
+	c.m.conflicts.Incr(1)
+	note := ""
+	if c.s.sql != nil && len(c.s.sql.apply) > 0 {
+		note = " (its apply statements did not run)"
+	}
+	c.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true%s", key, metaConflict, note)
+	msg.MetaSetMut(metaConflict, true)
+	return msg
+}
+
+// fail flags msg with err, like any processor error.
+func (c *common) fail(msg *service.Message, err error) *service.Message {
+	c.m.errors.Incr(1)
+	c.log.Errorf("%v", err)
+	msg.SetError(err)
+	return msg
+}
+
+// closeOnceWithin runs release once, bounded by the shutdown convention.
+func (c *common) closeOnceWithin(ctx context.Context, limit time.Duration, what string, release func() error) error {
+	c.closeOnce.Do(func() { c.closeErr = shutdown.Within(ctx, limit, what, release) })
+	return c.closeErr
+}
+
+// batchOf returns out as the processor's result (none when empty).
+func batchOf(out service.MessageBatch) []service.MessageBatch {
+	if len(out) == 0 {
+		return nil
+	}
+	return []service.MessageBatch{out}
 }

@@ -1,10 +1,14 @@
 package ledger
 
-import "github.com/redpanda-data/benthos/v4/public/service"
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
+)
 
 type metrics struct {
-	passed     tally                  // first copies let through (claimed)
-	duplicates tally                  // copies of an applied key
+	passed     dedup.Counter          // first copies let through (claimed)
+	duplicates dedup.Counter          // copies of an applied key
 	conflicts  *service.MetricCounter // same key, different payload
 	commits    *service.MetricCounter // keys recorded as applied
 	releases   *service.MetricCounter // claims given up (the message failed)
@@ -12,12 +16,14 @@ type metrics struct {
 	keys       *service.MetricGauge   // applied keys in the file
 }
 
+// newMetrics registers the metrics; passed and duplicates also feed the
+// periodic summary line.
 func newMetrics(mgr *service.Resources, s settings) *metrics {
 	m := mgr.Metrics()
-	sum := &summary{log: mgr.Logger(), flag: s.flag, every: summaryInterval}
+	sum := &dedup.Summary{Logf: mgr.Logger().Infof, Flag: s.flag, Every: dedup.SummaryInterval}
 	return &metrics{
-		passed:     tally{m.NewCounter("dedup_ledger_passed"), func(n int64) { sum.add(n, 0) }},
-		duplicates: tally{m.NewCounter("dedup_ledger_duplicates"), func(n int64) { sum.add(0, n) }},
+		passed:     dedup.Counting(m.NewCounter("dedup_ledger_passed"), func(n int64) { sum.Add(n, 0) }),
+		duplicates: dedup.Counting(m.NewCounter("dedup_ledger_duplicates"), func(n int64) { sum.Add(0, n) }),
 		conflicts:  m.NewCounter("dedup_ledger_conflicts"),
 		commits:    m.NewCounter("dedup_ledger_commits"),
 		releases:   m.NewCounter("dedup_ledger_releases"),

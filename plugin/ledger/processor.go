@@ -2,21 +2,19 @@
 // each event key and drops (or flags) later copies, recording a key as
 // applied only when the message's effect is committed.
 //
-// It holds the Benthos glue only (spec, settings, metrics, lifecycle): the
-// bbolt ledger is internal/ledger and the SQL ledger internal/sqlledger.
+// It holds the Benthos glue only (spec, settings, metrics, lifecycle): what
+// a copy's fate is, over either store, is internal/dedup; the stores are
+// internal/ledger (bbolt) and internal/sqlledger.
 package ledger
 
 import (
-	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 const (
@@ -209,85 +207,71 @@ type settings struct {
 	sql         *sqlSettings // nil for the bbolt store
 }
 
-// common is what the bbolt and the SQL processor share: the settings, how
-// a message's key and payload hash are evaluated, what happens to a copy
-// that does not pass (duplicate, conflict, failure) with its metrics, and
-// a bounded Close.
-type common struct {
-	s   settings
-	log *service.Logger
-	m   *metrics
-
-	closeOnce sync.Once // Benthos may call Close more than once
-	closeErr  error
-}
-
-// keyOf evaluates namespace and key of message i. An empty key, or "null"
-// — what a missing metadata key interpolates to — is an error: accepting
-// it would deduplicate every keyless message under one key.
-func (c *common) keyOf(batch service.MessageBatch, i int) (ns, id string, err error) {
-	if id, err = batch.TryInterpolatedString(i, c.s.key); err != nil {
-		return "", "", fmt.Errorf("dedup_ledger: evaluating key: %w", err)
-	}
-	if id == "" || id == "null" {
-		return "", "", fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
-	}
-	if c.s.namespace != nil {
-		if ns, err = batch.TryInterpolatedString(i, c.s.namespace); err != nil {
-			return "", "", fmt.Errorf("dedup_ledger: evaluating namespace of key %q: %w", id, err)
+func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
+	// Exactly one store: a bbolt file or an SQL database.
+	hasPath, hasSQL := conf.Contains(fieldPath), conf.Contains(fieldSQL)
+	switch {
+	case hasPath && hasSQL:
+		return s, errors.New("dedup_ledger: set either path (a bbolt file) or sql (a database), not both")
+	case !hasPath && !hasSQL:
+		return s, errors.New("dedup_ledger: no ledger store: set path (a bbolt file; use the outbox.path of the reliable_mqtt_out that follows) or sql (a SQLite or PostgreSQL database)")
+	case hasPath:
+		if s.path, err = conf.FieldString(fieldPath); err != nil {
+			return s, err
 		}
-		if ns == "null" {
-			return "", "", fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
+		if s.path == "" {
+			return s, errors.New("path is empty: give the bbolt file of the dedup ledger (use the outbox.path of the reliable_mqtt_out that follows), or use sql instead")
+		}
+	default:
+		if s.sql, err = parseSQLSettings(conf.Namespace(fieldSQL)); err != nil {
+			return s, err
 		}
 	}
-	return ns, id, nil
-}
-
-// hashOf returns the SHA-256 of msg's payload, which the ledger stores to
-// tell a duplicate from a conflict.
-func hashOf(msg *service.Message, key fmt.Stringer) ([32]byte, error) {
-	payload, err := msg.AsBytes()
+	if s.key, err = conf.FieldInterpolatedString(fieldKey); err != nil {
+		return s, err
+	}
+	if raw, _ := conf.FieldString(fieldNamespace); raw != "" {
+		if s.namespace, err = conf.FieldInterpolatedString(fieldNamespace); err != nil {
+			return s, err
+		}
+	}
+	dup, err := conf.FieldString(fieldOnDuplicate)
 	if err != nil {
-		return [32]byte{}, fmt.Errorf("dedup key %s: reading payload: %w", key, err)
+		return s, err
 	}
-	return sha256.Sum256(payload), nil
-}
-
-// duplicate counts a copy of an applied key and drops it (nil), or with
-// on_duplicate: flag passes it with metadata dedup_duplicate.
-func (c *common) duplicate(msg *service.Message, key fmt.Stringer) *service.Message {
-	c.m.duplicates.Incr(1)
-	if !c.s.flag {
-		c.log.Debugf("Dropping duplicate of dedup key %s", key)
-		return nil
+	if dup != duplicateDrop && dup != duplicateFlag {
+		return s, fmt.Errorf("on_duplicate must be %q or %q, got %q", duplicateDrop, duplicateFlag, dup)
 	}
-	msg.MetaSetMut(metaDuplicate, true)
-	return msg
-}
-
-// conflict flags a copy whose payload differs from the applied one.
-func (c *common) conflict(msg *service.Message, key fmt.Stringer) *service.Message {
-	c.m.conflicts.Incr(1)
-	note := ""
-	if c.s.sql != nil && len(c.s.sql.apply) > 0 {
-		note = " (its apply statements did not run)"
+	s.flag = dup == duplicateFlag
+	if s.retention, err = conf.FieldDuration(fieldRetention); err != nil {
+		return s, err
 	}
-	c.log.Warnf("Dedup key %s is already applied with a different payload: the producer reused an event ID. Passing the message with metadata %s: true%s", key, metaConflict, note)
-	msg.MetaSetMut(metaConflict, true)
-	return msg
-}
-
-// fail flags msg with err, like any processor error.
-func (c *common) fail(msg *service.Message, err error) *service.Message {
-	c.m.errors.Incr(1)
-	c.log.Errorf("%v", err)
-	msg.SetError(err)
-	return msg
-}
-
-// closeOnceWithin runs release once and waits for it at most limit: Benthos
-// gives Close a context without deadline.
-func (c *common) closeOnceWithin(ctx context.Context, limit time.Duration, what string, release func() error) error {
-	c.closeOnce.Do(func() { c.closeErr = shutdown.Within(ctx, limit, what, release) })
-	return c.closeErr
+	if s.retention < 0 {
+		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
+	}
+	mode, err := conf.FieldString(fieldCommit)
+	if err != nil {
+		return s, err
+	}
+	if mode != commitAuto && mode != commitImmediate {
+		return s, fmt.Errorf("commit must be %q or %q, got %q", commitAuto, commitImmediate, mode)
+	}
+	s.immediate = mode == commitImmediate
+	if s.waitTimeout, err = conf.FieldDuration(fieldWaitTimeout); err != nil {
+		return s, err
+	}
+	if s.waitTimeout <= 0 {
+		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
+	}
+	verify, err := conf.FieldString(fieldVerify)
+	if err != nil {
+		return s, err
+	}
+	if s.verify, err = boltfile.ParseVerify(verify); err != nil {
+		return s, err
+	}
+	if s.rollback, err = conf.FieldBool(fieldRollback); err != nil {
+		return s, err
+	}
+	return s, nil
 }

@@ -1,12 +1,10 @@
-package ledger
+package dedup
 
 import (
-	"log/slog"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -15,10 +13,9 @@ import (
 // that interval's figures, and nothing while idle.
 func TestSummaryLogsCountsOfAnIntervalAndNothingWhenIdle(t *testing.T) {
 	out := &harness.LogBuffer{}
-	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(out, nil)))
-	s := &summary{log: log, every: 100 * time.Millisecond}
-	s.add(3, 0)
-	s.add(0, 2)
+	s := &Summary{Logf: func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }, Every: 100 * time.Millisecond}
+	s.Add(3, 0)
+	s.Add(0, 2)
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(out.String(), "passed") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -30,8 +27,8 @@ func TestSummaryLogsCountsOfAnIntervalAndNothingWhenIdle(t *testing.T) {
 	if n := strings.Count(out.String(), "passed"); n != 1 {
 		t.Fatalf("%d summary lines after an idle period, want 1:\n%s", n, out.String())
 	}
-	s.flag = true
-	s.add(1, 0)
+	s.Flag = true
+	s.Add(1, 0)
 	deadline = time.Now().Add(5 * time.Second)
 	for strings.Count(out.String(), "passed") < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
