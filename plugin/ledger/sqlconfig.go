@@ -1,9 +1,7 @@
 package ledger
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
@@ -87,10 +85,8 @@ func sqlField() *service.ConfigField {
 
 // sqlSettings is the parsed sql object.
 type sqlSettings struct {
-	cfg      sqlledger.Config
-	init     []string
-	apply    []applyStmt
-	maxBatch int
+	pool  sqlledger.PoolConfig // without retention and callbacks
+	apply []applyStmt
 }
 
 // applyStmt is one configured statement of sql.apply.
@@ -99,105 +95,73 @@ type applyStmt struct {
 	args  *bloblang.Executor // nil: no arguments
 }
 
+// parseSQLSettings reads the sql object; sqlledger checks it.
 func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 	s := &sqlSettings{}
-	driver, err := conf.FieldString(fieldSQLDriver)
-	if err != nil {
-		return nil, err
+	c := &s.pool.Config
+	var driver string
+	var retries int
+	strs := []struct {
+		to    *string
+		field []string
+	}{{&driver, []string{fieldSQLDriver}}, {&c.DSN, []string{fieldSQLDSN}}, {&c.Table, []string{fieldSQLTable}}}
+	ints := []struct {
+		to    *int
+		field []string
+	}{
+		{&s.pool.MaxBatch, []string{fieldSQLMaxBatch}}, {&c.MaxOpenConns, []string{fieldSQLMaxOpen}},
+		{&c.MaxIdleConns, []string{fieldSQLMaxIdle}}, {&retries, []string{fieldSQLRetry, fieldSQLRetryCount}},
 	}
-	s.cfg.Driver = sqlledger.Driver(driver)
-	if s.cfg.Driver != sqlledger.SQLite && s.cfg.Driver != sqlledger.Postgres {
-		return nil, fmt.Errorf("sql.driver must be %q or %q, got %q", sqlledger.SQLite, sqlledger.Postgres, driver)
+	durations := []struct {
+		to    *time.Duration
+		field []string
+	}{
+		{&c.ConnMaxLifetime, []string{fieldSQLConnMaxLifetime}}, {&c.ConnectTimeout, []string{fieldSQLConnectTimeout}},
+		{&c.BusyTimeout, []string{fieldSQLBusyTimeout}}, {&c.RetryInitial, []string{fieldSQLRetry, fieldSQLRetryInitial}},
+		{&c.RetryMax, []string{fieldSQLRetry, fieldSQLRetryMax}},
 	}
-	if s.cfg.DSN, err = conf.FieldString(fieldSQLDSN); err != nil {
-		return nil, err
-	}
-	if strings.TrimSpace(s.cfg.DSN) == "" {
-		return nil, errors.New("sql.dsn is empty: give the SQLite file path or the PostgreSQL connection URL")
-	}
-	if s.cfg.Table, err = conf.FieldString(fieldSQLTable); err != nil {
-		return nil, err
-	}
-	if s.init, err = conf.FieldStringList(fieldSQLInit); err != nil {
-		return nil, err
-	}
-	for i, q := range s.init {
-		if word, bad := sqlledger.TxControlIn(q); bad {
-			return nil, fmt.Errorf("sql.init_statements[%d] is a transaction-control statement (%s): each init statement runs on its own; remove it", i, word)
+	var err error
+	for _, f := range strs {
+		if *f.to, err = conf.FieldString(f.field...); err != nil {
+			return nil, err
 		}
+	}
+	for _, f := range ints {
+		if *f.to, err = conf.FieldInt(f.field...); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range durations {
+		if *f.to, err = conf.FieldDuration(f.field...); err != nil {
+			return nil, err
+		}
+	}
+	c.Driver, c.MaxRetries = sqlledger.Driver(driver), retries
+	if s.pool.Init, err = conf.FieldStringList(fieldSQLInit); err != nil {
+		return nil, err
 	}
 	stmts, err := conf.FieldObjectList(fieldSQLApply)
 	if err != nil {
 		return nil, err
 	}
+	queries := make([]string, len(stmts))
 	for i, sc := range stmts {
 		var st applyStmt
 		if st.query, err = sc.FieldString(fieldSQLQuery); err != nil {
 			return nil, err
-		}
-		if strings.TrimSpace(st.query) == "" {
-			return nil, fmt.Errorf("sql.apply[%d].query is empty", i)
-		}
-		if word, bad := sqlledger.TxControlIn(st.query); bad {
-			return nil, fmt.Errorf("sql.apply[%d].query contains a transaction-control statement (%s): dedup_ledger runs the apply statements inside its own transaction with the ledger insert, so they must not begin, commit, roll back or use savepoints; remove it", i, word)
 		}
 		if sc.Contains(fieldSQLArgs) {
 			if st.args, err = sc.FieldBloblang(fieldSQLArgs); err != nil {
 				return nil, fmt.Errorf("sql.apply[%d].args_mapping: %w", i, err)
 			}
 		}
-		s.apply = append(s.apply, st)
+		s.apply, queries[i] = append(s.apply, st), st.query
 	}
-	if s.maxBatch, err = conf.FieldInt(fieldSQLMaxBatch); err != nil {
+	if err := s.pool.Check(queries); err != nil {
 		return nil, err
 	}
-	if s.maxBatch < 1 {
-		return nil, fmt.Errorf("sql.max_batch must be at least 1, got %d", s.maxBatch)
-	}
-	if s.cfg.MaxOpenConns, err = conf.FieldInt(fieldSQLMaxOpen); err != nil {
-		return nil, err
-	}
-	if s.cfg.MaxIdleConns, err = conf.FieldInt(fieldSQLMaxIdle); err != nil {
-		return nil, err
-	}
-	if s.cfg.MaxOpenConns < 0 || s.cfg.MaxIdleConns < 0 {
-		return nil, fmt.Errorf("sql.max_open_conns and sql.max_idle_conns must not be negative")
-	}
-	durations := []struct {
-		field string
-		to    *time.Duration
-	}{
-		{fieldSQLConnMaxLifetime, &s.cfg.ConnMaxLifetime},
-		{fieldSQLConnectTimeout, &s.cfg.ConnectTimeout},
-		{fieldSQLBusyTimeout, &s.cfg.BusyTimeout},
-	}
-	for _, d := range durations {
-		if *d.to, err = conf.FieldDuration(d.field); err != nil {
-			return nil, err
-		}
-		if *d.to < 0 {
-			return nil, fmt.Errorf("sql.%s must not be negative", d.field)
-		}
-	}
-	if s.cfg.RetryInitial, err = conf.FieldDuration(fieldSQLRetry, fieldSQLRetryInitial); err != nil {
-		return nil, err
-	}
-	if s.cfg.RetryMax, err = conf.FieldDuration(fieldSQLRetry, fieldSQLRetryMax); err != nil {
-		return nil, err
-	}
-	if s.cfg.RetryInitial <= 0 || s.cfg.RetryMax < s.cfg.RetryInitial {
-		return nil, fmt.Errorf("sql.retry: initial_interval must be positive and at most max_interval (got %s and %s)", s.cfg.RetryInitial, s.cfg.RetryMax)
-	}
-	n, err := conf.FieldInt(fieldSQLRetry, fieldSQLRetryCount)
-	if err != nil {
-		return nil, err
-	}
-	if n < 0 {
-		return nil, fmt.Errorf("sql.retry.max_retries must not be negative, got %d", n)
-	}
-	s.cfg.MaxRetries = n
-	if n == 0 {
-		s.cfg.MaxRetries = -1 // sqlledger: negative means never
+	if retries == 0 {
+		c.MaxRetries = -1 // sqlledger: negative means never
 	}
 	return s, nil
 }

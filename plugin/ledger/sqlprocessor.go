@@ -41,15 +41,14 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 	if s.sql == nil {
 		return nil, errors.New("dedup_ledger: internal error: the SQL processor was given no sql config")
 	}
-	if err := sqlledger.MkdirFor(s.sql.cfg); err != nil {
+	if err := sqlledger.MkdirFor(s.sql.pool.Config); err != nil {
 		return nil, err
 	}
 	p := &sqlProcessor{common: newCommon(s, mgr)}
 	// Open is bounded by connect_timeout; Benthos gives constructors no context.
-	p.sh, err = sqlledger.OpenPool(context.Background(), sqlledger.PoolConfig{
-		Config: s.sql.cfg, Init: s.sql.init, MaxBatch: s.sql.maxBatch, Retention: s.retention,
-		OnKeys: func(n int64) { p.m.keys.Set(n) }, Logf: p.log.Errorf,
-	})
+	pc := s.sql.pool
+	pc.Retention, pc.OnKeys, pc.Logf = s.retention, func(n int64) { p.m.keys.Set(n) }, p.log.Errorf
+	p.sh, err = sqlledger.OpenPool(context.Background(), pc)
 	if err != nil {
 		return nil, err
 	}
@@ -129,5 +128,5 @@ func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.En
 // Close gives back this thread's share of the store; the last one closes
 // the pool (bounded inside release).
 func (p *sqlProcessor) Close(ctx context.Context) error {
-	return p.closeOnceWithin(ctx, shutdown.Outer(shutdown.Outer(shutdown.Commit)), "the SQL dedup ledger (table "+p.s.sql.cfg.Table+")", p.sh.Release)
+	return p.closeOnceWithin(ctx, shutdown.Outer(shutdown.Outer(shutdown.Commit)), "the SQL dedup ledger (table "+p.s.sql.pool.Table+")", p.sh.Release)
 }
