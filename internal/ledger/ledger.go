@@ -1,6 +1,7 @@
 // Package ledger is the dedup ledger behind dedup_ledger: a durable set of
-// "applied" keys in a bbolt file, with in-memory claims for keys whose
-// message is still in flight.
+// "applied" keys in a bbolt file, with in-memory claims (internal/claims)
+// for keys whose message is still in flight. Its committer is a groupcommit
+// loop; what dedup_ledger decides for a copy is internal/dedup.
 //
 // Invariant: a key is written to the ledger only when its message's effect
 // is committed — by Claim.Commit (after the pipeline acknowledged the

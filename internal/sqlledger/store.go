@@ -11,10 +11,13 @@
 // SQLite (modernc.org/sqlite, no cgo) and PostgreSQL (pgx) share all code
 // through database/sql; the differences live in dialect.go.
 //
-// Pool (pool.go) is the process's one handle per table: its workers group
-// concurrent requests into transactions, and its claims stop two local
-// copies of a key from passing at once. statements.go checks configured
-// statements for transaction control.
+// Pool (pool.go) is the process's one handle per table: its workers (one
+// groupcommit loop per connection) group concurrent requests into
+// transactions, and its claims (internal/claims, the key type and claim
+// table the bbolt ledger uses too) stop two local copies of a key from
+// passing at once. check.go refuses a configuration the pool could not
+// honour; statements.go finds transaction control in configured statements.
+// What dedup_ledger decides for a copy is internal/dedup.
 package sqlledger
 
 import (
