@@ -28,7 +28,6 @@
 package ledger
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,7 +127,6 @@ type Ledger struct {
 	closing       chan struct{}
 	committerDone chan struct{}
 	expirerDone   chan struct{}
-	closeErr      error
 }
 
 // ledgers holds the process's open ledgers by file path.
@@ -387,16 +385,4 @@ func put(tx *bolt.Tx, key []byte, hash [32]byte, at time.Time) (existed bool, ol
 		return false, old, err
 	}
 	return false, old, addCount(tx, 1)
-}
-
-// waitCtx returns ctx's error, ErrClosed, or nil once ch is closed.
-func (l *Ledger) waitCtx(ctx context.Context, ch <-chan struct{}) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.closing:
-		return ErrClosed
-	}
 }
