@@ -26,7 +26,7 @@ type change struct {
 // queued so far in one fsync'd transaction. Invariants:
 //   - changes commit in enqueue order, and a transaction holds a prefix of
 //     the queue, so the file always shows a prefix of the broker's history
-//     (sends on reqs are ordered by mu, and the loop takes them in order);
+//     (sends on reqs are ordered by turn, and the loop takes them in order);
 //   - sync returns only after its changes, and all enqueued before them,
 //     are committed;
 //   - after a failed commit every later commit is refused (the file no longer
@@ -36,14 +36,16 @@ type writer struct {
 	db  *bbolt.DB
 	log *slog.Logger
 
-	mu     sync.Mutex // orders sends on reqs, and them with close
+	// turn is a lock (full: held) that orders the sends on reqs, and them
+	// with close; a channel so that sync can give up waiting for it.
+	turn   chan struct{}
 	closed bool
 
 	reqs    chan write
 	closing chan struct{}
 	done    chan struct{}
 
-	failMu sync.Mutex // not mu: a sender may hold mu while the loop fails
+	failMu sync.Mutex // not turn: a sender may hold turn while the loop fails
 	failed error
 }
 
@@ -58,15 +60,15 @@ type write struct {
 const writerQueue = 4096
 
 func newWriter(db *bbolt.DB, log *slog.Logger) *writer {
-	w := &writer{db: db, log: log, reqs: make(chan write, writerQueue), closing: make(chan struct{}), done: make(chan struct{})}
+	w := &writer{db: db, log: log, turn: make(chan struct{}, 1), reqs: make(chan write, writerQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
 
 // enqueue adds changes without waiting for them to be durable.
 func (w *writer) enqueue(cs ...change) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.turn <- struct{}{}
+	defer func() { <-w.turn }()
 	if w.closed {
 		return // the broker is shutting down; mochi no longer has this state either
 	}
@@ -81,22 +83,26 @@ func (w *writer) sync(cs ...change) error {
 		return fmt.Errorf("commit to broker store %s took longer than %s (disk stalled?)", w.db.Path(), syncTimeout)
 	}
 	req := write{changes: cs, done: make(chan error, 1)}
-	w.mu.Lock()
+	select {
+	case w.turn <- struct{}{}:
+	case <-timer.C:
+		return stalled()
+	}
 	if w.closed {
-		w.mu.Unlock()
+		<-w.turn
 		return fmt.Errorf("broker store %s is closed", w.db.Path())
 	}
 	if err := w.failure(); err != nil {
-		w.mu.Unlock()
+		<-w.turn
 		return err
 	}
 	select {
 	case w.reqs <- req:
 	case <-timer.C:
-		w.mu.Unlock()
+		<-w.turn
 		return stalled()
 	}
-	w.mu.Unlock()
+	<-w.turn
 	select {
 	case err := <-req.done:
 		return err
@@ -113,14 +119,14 @@ func (w *writer) failure() error {
 
 // close commits what is queued and stops the committer.
 func (w *writer) close() error {
-	w.mu.Lock()
+	w.turn <- struct{}{}
 	if w.closed {
-		w.mu.Unlock()
+		<-w.turn
 		return nil
 	}
 	w.closed = true // no send after this: what is in reqs is all there is
 	close(w.closing)
-	w.mu.Unlock()
+	<-w.turn
 	<-w.done
 	return w.failure()
 }
