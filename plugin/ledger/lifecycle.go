@@ -99,22 +99,28 @@ func (c *common) check(ctx context.Context, batch service.MessageBatch) service.
 		if err == nil {
 			d = b.Check(ctx, key, hash, commit.HooksFrom(msg.Context()))
 		}
-		if d.Join != nil {
-			msg = msg.WithContext(commit.WithParticipant(msg.Context(), *d.Join))
-		}
-		switch {
-		case d.Err != nil:
-			msg = c.fail(msg, d.Err)
-		case d.Verdict == claims.Duplicate:
-			msg = c.duplicate(msg, key)
-		case d.Verdict == claims.Conflict:
-			msg = c.conflict(msg, key)
-		}
-		if msg != nil {
-			out = append(out, msg)
+		if m := c.decide(msg, key, d); m != nil {
+			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// decide maps d onto msg: it passes (perhaps flagged), fails, or is
+// dropped (nil).
+func (c *common) decide(msg *service.Message, key dedup.Key, d dedup.Decision) *service.Message {
+	if d.Join != nil {
+		msg = msg.WithContext(commit.WithParticipant(msg.Context(), *d.Join))
+	}
+	switch {
+	case d.Err != nil:
+		return c.fail(msg, d.Err)
+	case d.Verdict == claims.Duplicate:
+		return c.duplicate(msg, key)
+	case d.Verdict == claims.Conflict:
+		return c.conflict(msg, key)
+	}
+	return msg
 }
 
 // keyOf evaluates the key of message i and hashes its payload.

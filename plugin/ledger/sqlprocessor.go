@@ -80,21 +80,17 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 		entries, of = append(entries, entry), append(of, i)
 	}
 	for j, o := range p.sh.ApplyAll(ctx, entries) {
-		msg, e := batch[of[j]], entries[j]
-		switch {
-		case o.Err != nil:
-			results[of[j]] = p.fail(msg, fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", e.Key, o.Err))
-		case o.Verdict(e.Hash) == claims.Pass:
+		i, e := of[j], entries[j]
+		d := dedup.Decision{Verdict: o.Verdict(e.Hash), Err: o.Err}
+		if o.Err != nil {
+			d.Err = fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", e.Key, o.Err)
+		} else if d.Verdict == claims.Pass {
 			// Committed, not yet acknowledged: the crash window of seed 001.
 			failpoint.Hit(failpoint.SQLCommitted)
 			p.m.commits.Incr(1)
 			p.m.passed.Incr(1)
-			results[of[j]] = msg
-		case o.Verdict(e.Hash) == claims.Conflict:
-			results[of[j]] = p.conflict(msg, e.Key)
-		default:
-			results[of[j]] = p.duplicate(msg, e.Key)
 		}
+		results[i] = p.decide(batch[i], e.Key, d)
 	}
 	out := make(service.MessageBatch, 0, len(batch))
 	for _, m := range results {
