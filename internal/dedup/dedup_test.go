@@ -142,9 +142,9 @@ func TestWithoutHooksAutoFailsAndImmediateRecords(t *testing.T) {
 			if d = now.Batch().Check(context.Background(), Key{ID: "e1"}, Hash([]byte("a")), nil); d.Err != nil || d.Verdict != claims.Pass {
 				t.Fatalf("immediate copy: %+v, want pass", d)
 			}
+			// Another namespace is another key.
 			if d, _ = now.check(t, "e1", "a"); d.Verdict != claims.Pass {
-				// check uses namespace "p": another key.
-				t.Fatalf("p/e1 after e1: %+v", d)
+				t.Fatalf("p/e1 after e1: %+v, want pass", d)
 			}
 			if d = now.Batch().Check(context.Background(), Key{ID: "e1"}, Hash([]byte("a")), nil); d.Verdict != claims.Duplicate {
 				t.Fatalf("copy after an immediate record: %+v, want duplicate", d)
