@@ -45,7 +45,7 @@ type boltStore struct{ l *ledger.Ledger }
 
 func (s boltStore) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (Claim, Verdict, error) {
 	c, v, err := s.l.Claim(ctx, key, hash, wait)
-	if c == nil {
+	if c == nil { // no claim is a nil Claim, not an interface holding nil
 		return nil, v, err
 	}
 	return c, v, err
