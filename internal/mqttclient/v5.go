@@ -606,7 +606,9 @@ func (c *Client) connectPacket() *paho.Connect {
 		UsernameFlag: c.cfg.User != "",
 		Password:     []byte(c.cfg.Password),
 		PasswordFlag: c.cfg.Password != "",
-		Properties:   &paho.ConnectProperties{RequestProblemInfo: true},
+		// Reason strings on failures; and mochi v2.7.9 (embedded://) leaves
+		// user properties out of PUBLISH packets to a client that says 0.
+		Properties: &paho.ConnectProperties{RequestProblemInfo: true},
 	}
 	if expiry := c.cfg.sessionExpiry(); expiry > 0 {
 		cp.Properties.SessionExpiryInterval = &expiry
