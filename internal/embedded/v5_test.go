@@ -186,4 +186,3 @@ func TestV5PropertiesSurviveARestart(t *testing.T) {
 		})
 	}
 }
-
