@@ -14,6 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
 )
 
@@ -233,11 +234,13 @@ func (c *v5Conn) send(t *v5Token) bool {
 	}
 	ret := make(chan packets.ControlPacket, 1)
 	if err := c.session.AddToSession(c.ctx, t.pb, ret); err != nil {
-		if !c.Alive() {
-			err = ErrNotConnected
+		if errors.Is(err, session.ErrNoConnection) || !c.Alive() {
+			c.markLost() // the state saw the connection go first
+			t.complete(ErrNotConnected)
+			return false
 		}
 		t.complete(fmt.Errorf("mqtt: publish to %q: %w", t.pb.Topic, err))
-		return c.Alive()
+		return true
 	}
 	go c.await(t, ret)
 	return c.write(t.pb) == nil

@@ -457,3 +457,143 @@ func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 		t.Fatalf("got %q: a refused publication was delivered", msg.Topic())
 	}
 }
+
+// PublishAsync never blocks on the server's Receive Maximum (mosquitto: 20):
+// 200 publications (QoS 1 and 2) queue at once and all complete, in order
+// per QoS (the broker forwards a QoS 2 message at its PUBREL, so the two
+// levels interleave).
+func TestV5PublishAsyncQueuesBeyondTheServersReceiveMaximum(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	got := newInbox()
+	waitReady(t, startV5(t, v5config("v5-window-sub", m.URL()), map[string]byte{"w": 2}, got, mqttclient.Options{}))
+	conn := waitReady(t, startV5(t, v5config("v5-window", m.URL()), nil, nil, mqttclient.Options{}))
+	if rm := conn.Limits().ReceiveMaximum; rm != 20 {
+		t.Fatalf("mosquitto's Receive Maximum is %d, want its default 20", rm)
+	}
+	const n = 200
+	toks := make([]mqttclient.Token, n)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for i := range toks {
+			toks[i] = conn.PublishAsync(mqttclient.Publication{Topic: "w", QoS: byte(1 + i%2), Payload: []byte{byte(i)}})
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("PublishAsync blocked")
+	}
+	for i, tok := range toks {
+		select {
+		case <-tok.Done():
+			if err := tok.Error(); err != nil {
+				t.Fatalf("publication %d: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publication %d did not complete", i)
+		}
+	}
+	last := map[byte]int{1: -1, 2: -1}
+	for _, msg := range got.waitFor(t, n, 10*time.Second) {
+		i := int(msg.Payload()[0])
+		if i <= last[msg.Qos()] {
+			t.Fatalf("QoS %d message %d arrived after %d: out of order", msg.Qos(), i, last[msg.Qos()])
+		}
+		last[msg.Qos()] = i
+	}
+}
+
+// Publications waiting for a PUBACK, and queued behind a full Receive
+// Maximum, fail when the connection is lost; the next connection works.
+func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	c := startV5(t, v5config("v5-lost", proxy.URL()), nil, nil, mqttclient.Options{})
+	conn := waitReady(t, c)
+	proxy.Stall()
+	toks := make([]mqttclient.Token, 30) // 20 in flight, 10 queued
+	for i := range toks {
+		toks[i] = conn.PublishAsync(mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("x")})
+	}
+	select {
+	case <-toks[0].Done():
+		t.Fatalf("a publication completed through a stalled connection: %v", toks[0].Error())
+	case <-time.After(300 * time.Millisecond):
+	}
+	proxy.Cut()
+	for i, tok := range toks {
+		select {
+		case <-tok.Done():
+			if err := tok.Error(); !errors.Is(err, mqttclient.ErrNotConnected) {
+				t.Fatalf("publication %d after the connection was lost: %v, want ErrNotConnected", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publication %d still pending 10 s after the connection was lost", i)
+		}
+	}
+	if tok := conn.PublishAsync(mqttclient.Publication{Topic: "lost", QoS: 1}); !errors.Is(tok.Error(), mqttclient.ErrNotConnected) {
+		t.Fatalf("publish on a lost Conn: %v, want ErrNotConnected", tok.Error())
+	}
+	proxy.Restore()
+	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
+}
+
+// A broker that stops answering does not hold Close: the DISCONNECT's
+// wait for the broker is bounded.
+func TestV5CloseIsBoundedWhileTheBrokerStalls(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	c, err := mqttclient.Start(v5config("v5-stall", proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c)
+	proxy.Stall()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return while the broker stalls")
+	}
+}
+
+// The broker's DISCONNECT (here: session taken over, 0x8E) loses the Conn.
+func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	first := waitReady(t, startV5(t, v5config("v5-twin", m.URL()), nil, nil, mqttclient.Options{}))
+	twin := mqttclient.Config(v5config("v5-twin", m.URL()))
+	c, err := mqttclient.Start(twin, mqttclient.Handlers{}, mqttclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c)
+	select {
+	case <-first.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the taken-over connection was not marked lost")
+	}
+	closeClient(t, c)
+}
+
+// The will of a v5 connection that dies without DISCONNECT is published.
+func TestV5WillIsPublishedWhenTheConnectionDies(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	got := newInbox()
+	waitReady(t, startV5(t, v5config("v5-will-sub", m.URL()), map[string]byte{"will/#": 1}, got, mqttclient.Options{}))
+	cfg := v5config("v5-will", proxy.URL())
+	cfg.Will = &mqttclient.Will{Topic: "will/v5", Payload: []byte("gone"), QoS: 1}
+	waitReady(t, startV5(t, cfg, nil, nil, mqttclient.Options{}))
+	if msgs := got.quiet(200 * time.Millisecond); len(msgs) != 0 {
+		t.Fatalf("the will was published while connected: %q", msgs[0].Payload())
+	}
+	proxy.Cut()
+	if msg := got.waitFor(t, 1, 10*time.Second)[0]; msg.Topic() != "will/v5" || string(msg.Payload()) != "gone" {
+		t.Fatalf("got %q on %q, want the will", msg.Payload(), msg.Topic())
+	}
+}
