@@ -16,6 +16,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
+	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 // MQTT 5 on the low-level paho.golang client (not autopaho: the Client's
@@ -37,6 +38,15 @@ import (
 //     of the connection) completes the Token. PublishAsync never blocks.
 //   - Server limits (Maximum QoS, Retain Available, Maximum Packet Size)
 //     refuse a publication before anything is sent (ErrExceedsServerLimits).
+//   - Inbound QoS 2: paho.golang's session state answers PUBREL with
+//     PUBCOMP itself; v5Session reports each PUBREL to OnPubrel first, as
+//     the 3.1.1 store does. A QoS 2 publish whose PUBREC says 0x10 (no
+//     matching subscribers) is remembered until its PUBCOMP; neither
+//     mosquitto 2.0.11 nor mochi v2.7.9 sends that code, so only the PUBACK
+//     form of 0x10 is tested.
+//   - One session state per connection, like one client: an ack made on
+//     a lost connection finds a state without a socket and goes nowhere,
+//     and paho never resends old publishes (the outbox does).
 
 // ErrExceedsServerLimits wraps the refusal of a publication the server's
 // CONNACK does not allow (QoS above Maximum QoS, retain while Retain
@@ -52,7 +62,7 @@ type v5Conn struct {
 	net     net.Conn // what paho writes to; packets lock it per packet
 	pinger  *paho.DefaultPinger
 	limits  ServerLimits
-	log     logger
+	log     *service.Logger // nil-safe
 
 	mu    sync.Mutex
 	queue []*v5Token    // publications not yet written, in call order
@@ -60,25 +70,6 @@ type v5Conn struct {
 }
 
 var _ Conn = (*v5Conn)(nil)
-
-// logger is the part of *service.Logger this file uses; nil-safe wrappers
-// below keep call sites short.
-type logger interface {
-	Warnf(format string, v ...any)
-	Debugf(format string, v ...any)
-}
-
-func (c *v5Conn) warnf(format string, v ...any) {
-	if c.log != nil {
-		c.log.Warnf(format, v...)
-	}
-}
-
-func (c *v5Conn) debugf(format string, v ...any) {
-	if c.log != nil {
-		c.log.Debugf(format, v...)
-	}
-}
 
 // Limits are what the server's CONNACK allows.
 func (c *v5Conn) Limits() ServerLimits { return c.limits }
@@ -250,7 +241,7 @@ func (c *v5Conn) send(t *v5Token) bool {
 // reader sees the broken socket too, but the Conn must not wait for it.
 func (c *v5Conn) write(pb *packets.Publish) error {
 	if _, err := pb.WriteTo(c.net); err != nil {
-		c.debugf("MQTT write failed: %v", err)
+		c.log.Debugf("MQTT write failed: %v", err)
 		c.markLost()
 		return ErrNotConnected
 	}
@@ -525,9 +516,7 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		net:    packets.NewThreadSafeConn(nc),
 		pinger: paho.NewDefaultPinger(),
 		wake:   make(chan struct{}, 1),
-	}
-	if c.log != nil {
-		conn.log = c.log
+		log:    c.log,
 	}
 	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{}}
 	if c.h.OnPubrel != nil {
@@ -557,11 +546,11 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 			if reason == "" {
 				reason = (&packets.Disconnect{ReasonCode: d.ReasonCode}).Reason()
 			}
-			conn.warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
+			conn.log.Warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
 			conn.markLost()
 		},
 		OnClientError: func(err error) {
-			conn.debugf("MQTT connection lost: %v", err)
+			conn.log.Debugf("MQTT connection lost: %v", err)
 			conn.markLost()
 		},
 	}

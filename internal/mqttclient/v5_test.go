@@ -597,3 +597,43 @@ func TestV5WillIsPublishedWhenTheConnectionDies(t *testing.T) {
 		t.Fatalf("got %q on %q, want the will", msg.Payload(), msg.Topic())
 	}
 }
+
+// Inbound QoS 2: the PUBREC leaves at Message.Ack, and the broker's PUBREL
+// that follows reaches OnPubrel with the message's packet ID.
+func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	got := newInbox()
+	rels := make(chan uint16, 10)
+	c, err := mqttclient.Start(v5config("v5-qos2", m.URL()), mqttclient.Handlers{
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+			return conn.Subscribe(ctx, map[string]byte{"q2": 2})
+		},
+		OnMessage: got.add,
+		OnPubrel:  func(_ mqttclient.Conn, id uint16) { rels <- id },
+	}, mqttclient.Options{ManualAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient(t, c)
+	waitReady(t, c)
+	pub := waitReady(t, startV5(t, v5config("v5-qos2-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	publish(t, pub, mqttclient.Publication{Topic: "q2", QoS: 2, Payload: []byte("once")})
+	msg := got.waitFor(t, 1, 10*time.Second)[0]
+	if msg.Qos() != 2 {
+		t.Fatalf("QoS %d, want 2", msg.Qos())
+	}
+	select {
+	case id := <-rels:
+		t.Fatalf("PUBREL %d before the message was acknowledged", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	msg.Ack()
+	select {
+	case id := <-rels:
+		if id != msg.MessageID() {
+			t.Fatalf("PUBREL for %d, want the message's packet ID %d", id, msg.MessageID())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no PUBREL after the PUBREC")
+	}
+}
