@@ -1,6 +1,7 @@
 package mqttclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -217,7 +218,12 @@ func (c *v5Conn) sendLoop() {
 }
 
 // send writes one publication; false when the connection is gone.
+// Nothing is written once the Conn is lost, Drop included.
 func (c *v5Conn) send(t *v5Token) bool {
+	if !c.Alive() {
+		t.complete(ErrNotConnected)
+		return false
+	}
 	if t.pb.QoS == 0 {
 		err := c.write(t.pb)
 		t.complete(err)
@@ -234,13 +240,25 @@ func (c *v5Conn) send(t *v5Token) bool {
 		return true
 	}
 	go c.await(t, ret)
+	if !c.Alive() { // lost while waiting for a Receive Maximum slot
+		return false
+	}
 	return c.write(t.pb) == nil
 }
 
-// write sends one packet. A failed write loses the connection: paho's
-// reader sees the broken socket too, but the Conn must not wait for it.
+// write sends one packet in one write call, holding the lock paho's own
+// packet writes take (packets.NewThreadSafeConn): paho writes a packet as
+// four calls, four segments on the wire with TCP_NODELAY.
 func (c *v5Conn) write(pb *packets.Publish) error {
-	if _, err := pb.WriteTo(c.net); err != nil {
+	var buf bytes.Buffer
+	_, _ = pb.WriteTo(&buf) // a bytes.Buffer does not fail
+	lock := c.net.(sync.Locker)
+	lock.Lock()
+	_, err := c.net.Write(buf.Bytes())
+	lock.Unlock()
+	// A failed write loses the connection: paho's reader sees the broken
+	// socket too, but the Conn must not wait for it.
+	if err != nil {
 		c.log.Debugf("MQTT write failed: %v", err)
 		c.markLost()
 		return ErrNotConnected

@@ -637,3 +637,53 @@ func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
 		t.Fatal("no PUBREL after the PUBREC")
 	}
 }
+
+// BenchmarkPublishQoS1 publishes 100-byte QoS 1 messages to mosquitto with
+// at most 1000 unconfirmed, on each protocol:
+//
+//	go test -run '^$' -bench PublishQoS1 -benchtime 20000x ./internal/mqttclient/
+func BenchmarkPublishQoS1(b *testing.B) {
+	for _, proto := range []string{mqttclient.V311, mqttclient.V5} {
+		b.Run("mqtt"+proto, func(b *testing.B) {
+			m := harness.StartMosquitto(b, harness.MosquittoOptions{})
+			cfg := config(m.URL())
+			cfg.ProtocolVersion = proto
+			c, err := mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = c.Close(context.Background()) }()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			conn, err := c.WaitReady(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 100)
+			const unconfirmed = 1000
+			var window []mqttclient.Token
+			wait := func(tok mqttclient.Token) {
+				select {
+				case <-tok.Done():
+					if err := tok.Error(); err != nil {
+						b.Fatal(err)
+					}
+				case <-time.After(20 * time.Second):
+					b.Fatal("no PUBACK within 20 s")
+				}
+			}
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			for range b.N {
+				if len(window) == unconfirmed {
+					wait(window[0])
+					window = window[1:]
+				}
+				window = append(window, conn.PublishAsync(mqttclient.Publication{Topic: "bench", QoS: 1, Payload: payload}))
+			}
+			for _, tok := range window {
+				wait(tok)
+			}
+		})
+	}
+}
