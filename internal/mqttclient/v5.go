@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -29,8 +30,9 @@ import (
 //     queues acks and sends them from a 50 ms ticker, and its tracker only
 //     forgets a message once acked. Instead paho's automatic ack is left on
 //     and ignored by v5Session.Ack when Options.ManualAck is set;
-//     Message.Ack writes the PUBACK/PUBREC at once, in the order the engine
-//     calls it (receive order), through the same session state.
+//     Message.Ack writes the PUBACK (one write) or the PUBREC (through the
+//     session state, which records it) at once, in the order the engine
+//     calls it (receive order).
 //   - Publishes. paho.golang's Publish blocks its caller while the server's
 //     Receive Maximum is used up and offers no completion for an async
 //     send. v5Conn queues publications in call order; one goroutine per
@@ -249,9 +251,9 @@ func (c *v5Conn) send(t *v5Token) bool {
 // write sends one packet in one write call, holding the lock paho's own
 // packet writes take (packets.NewThreadSafeConn): paho writes a packet as
 // four calls, four segments on the wire with TCP_NODELAY.
-func (c *v5Conn) write(pb *packets.Publish) error {
+func (c *v5Conn) write(pk io.WriterTo) error {
 	var buf bytes.Buffer
-	_, _ = pb.WriteTo(&buf) // a bytes.Buffer does not fail
+	_, _ = pk.WriteTo(&buf) // a bytes.Buffer does not fail
 	lock := c.net.(sync.Locker)
 	lock.Lock()
 	_, err := c.net.Write(buf.Bytes())
@@ -409,7 +411,7 @@ func (s *v5Session) PacketReceived(p *packets.ControlPacket, pubs chan<- *packet
 }
 
 // Ack is paho's acknowledgement after the handlers ran; under manual ack
-// Message.Ack sends it instead (ackNow).
+// Message.Ack sends it instead.
 func (s *v5Session) Ack(pb *packets.Publish) error {
 	if s.manual {
 		return nil
@@ -417,14 +419,6 @@ func (s *v5Session) Ack(pb *packets.Publish) error {
 	return s.State.Ack(pb)
 }
 
-// ackNow sends the PUBACK (QoS 1) or PUBREC (QoS 2) for a received PUBLISH.
-// The state writes nothing once its connection is lost.
-func (s *v5Session) ackNow(qos byte, id uint16) {
-	if qos == 0 {
-		return
-	}
-	_ = s.State.Ack(&packets.Publish{QoS: qos, PacketID: id})
-}
 
 // result turns the final answer to a QoS 1/2 publish into its outcome.
 func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
@@ -487,10 +481,16 @@ func (m *v5Message) Properties() *Properties { return m.props }
 // goes nowhere: the connection's session state has no socket any more,
 // and a new connection has a new state.
 func (m *v5Message) Ack() {
-	if !m.conn.session.manual || !m.conn.Alive() {
+	c := m.conn
+	if !c.session.manual || !c.Alive() {
 		return
 	}
-	m.conn.session.ackNow(m.p.QoS, m.p.PacketID)
+	switch m.p.QoS {
+	case 1: // the session state only writes it, in four calls
+		_ = c.write(&packets.Puback{PacketID: m.p.PacketID, Properties: &packets.Properties{}})
+	case 2: // the state also records the PUBREC
+		_ = c.session.State.Ack(&packets.Publish{QoS: 2, PacketID: m.p.PacketID})
+	}
 }
 
 // dialV5 makes one MQTT 5 connection attempt: each URL in order, each with

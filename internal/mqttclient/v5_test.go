@@ -539,29 +539,6 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
 }
 
-// A broker that stops answering does not hold Close: the DISCONNECT's
-// wait for the broker is bounded.
-func TestV5CloseIsBoundedWhileTheBrokerStalls(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	proxy := harness.NewProxy(t, m.Addr())
-	c, err := mqttclient.Start(v5config("v5-stall", proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, c)
-	proxy.Stall()
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("close: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close did not return while the broker stalls")
-	}
-}
-
 // The broker's DISCONNECT (here: session taken over, 0x8E) loses the Conn.
 func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
