@@ -419,7 +419,6 @@ func (s *v5Session) Ack(pb *packets.Publish) error {
 	return s.State.Ack(pb)
 }
 
-
 // result turns the final answer to a QoS 1/2 publish into its outcome.
 func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
 	var code byte
