@@ -432,9 +432,8 @@ func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
 	case *packets.Pubcomp:
 		code, props, name = r.ReasonCode, r.Properties, "PUBCOMP"
 		s.mu.Lock()
-		if s.noSubs[t.pb.PacketID] {
-			code = ReasonNoMatchingSubscribers
-			name = "PUBREC"
+		if code < 0x80 && s.noSubs[t.pb.PacketID] {
+			code, props, name = ReasonNoMatchingSubscribers, nil, "PUBREC"
 		}
 		delete(s.noSubs, t.pb.PacketID)
 		s.mu.Unlock()
