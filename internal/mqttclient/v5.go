@@ -385,11 +385,19 @@ const disconnectWait = time.Second
 // PUBREC's 0x10 is remembered for the QoS 2 publish it answers.
 type v5Session struct {
 	*state.State
-	manual   bool
-	onPubrel func(id uint16)
+	manual    bool
+	onPubrel  func(id uint16)
+	onConnack func(*packets.Connack)
 
 	mu     sync.Mutex
 	noSubs map[uint16]bool // QoS 2 packet IDs whose PUBREC said 0x10
+}
+
+// ConAckReceived runs when a CONNACK accepts the connection, before paho
+// starts its reader and router.
+func (s *v5Session) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.Connack) error {
+	s.onConnack(ca)
+	return s.State.ConAckReceived(w, cp, ca)
 }
 
 // PacketReceived runs on paho's network reader for every packet with a
@@ -534,7 +542,12 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		wake:   make(chan struct{}, 1),
 		log:    c.log,
 	}
-	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{}}
+	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{},
+		// Before paho starts delivering: OnMessage may read them at once.
+		onConnack: func(ca *packets.Connack) {
+			conn.sessionPresent = ca.SessionPresent
+			conn.limits = serverLimits(paho.ConnackFromPacketConnack(ca))
+		}}
 	if c.h.OnPubrel != nil {
 		conn.session.onPubrel = func(id uint16) { c.h.OnPubrel(conn, id) }
 	}
@@ -590,8 +603,6 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		}
 		return nil, err
 	}
-	conn.sessionPresent = ca.SessionPresent
-	conn.limits = serverLimits(ca)
 	// paho's client ends with the network connection; so does the Conn.
 	go func() {
 		select {
