@@ -77,8 +77,9 @@ func (b *inbox) quiet(d time.Duration) []mqttclient.Message {
 	return b.all()
 }
 
-// startV5 starts a v5 client that subscribes to filters on every connection.
-func startV5(t *testing.T, cfg mqttclient.Config, filters map[string]byte, b *inbox, opts mqttclient.Options) mqttclient.Transport {
+// startWith starts a client that subscribes to filters on every connection
+// and collects its messages in b (both optional); it is closed at cleanup.
+func startWith(t *testing.T, cfg mqttclient.Config, filters map[string]byte, b *inbox, opts mqttclient.Options) mqttclient.Transport {
 	t.Helper()
 	h := mqttclient.Handlers{}
 	if b != nil {
@@ -105,7 +106,7 @@ func publish(t *testing.T, conn mqttclient.Conn, p mqttclient.Publication) {
 }
 
 // brokers are the two v5 brokers every round-trip test runs on.
-func brokers(t *testing.T) map[string]func(t *testing.T) string {
+func brokers() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		"mosquitto": func(t *testing.T) string { return harness.StartMosquitto(t, harness.MosquittoOptions{}).URL() },
 		"embedded":  func(t *testing.T) string { return "embedded://?dir=" + filepath.Join(t.TempDir(), "broker") },
@@ -113,12 +114,12 @@ func brokers(t *testing.T) map[string]func(t *testing.T) string {
 }
 
 func TestV5RoundTripCarriesPropertiesAndBinaryPayloads(t *testing.T) {
-	for name, start := range brokers(t) {
+	for name, start := range brokers() {
 		t.Run(name, func(t *testing.T) {
 			url := start(t)
 			got := newInbox()
-			waitReady(t, startV5(t, v5config("v5-sub", url), map[string]byte{"v5/#": 2}, got, mqttclient.Options{}))
-			pub := startV5(t, v5config("v5-pub", url), nil, nil, mqttclient.Options{})
+			waitReady(t, startWith(t, v5config("v5-sub", url), map[string]byte{"v5/#": 2}, got, mqttclient.Options{}))
+			pub := startWith(t, v5config("v5-pub", url), nil, nil, mqttclient.Options{})
 			conn := waitReady(t, pub)
 			if conn.SessionPresent() {
 				t.Fatal("a new session reported session present")
@@ -164,7 +165,7 @@ func TestV5RoundTripCarriesPropertiesAndBinaryPayloads(t *testing.T) {
 
 func TestV5PropertiesOnA311ConnAreRefused(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	c := startV5(t, config(m.URL()), nil, nil, mqttclient.Options{})
+	c := startWith(t, config(m.URL()), nil, nil, mqttclient.Options{})
 	conn := waitReady(t, c)
 	err := conn.Publish(context.Background(), mqttclient.Publication{Topic: "t", QoS: 1, Props: &mqttclient.Properties{ContentType: "x"}})
 	if !errors.Is(err, mqttclient.ErrNeedsV5) {
@@ -187,15 +188,15 @@ func TestV5ManualAckConsumerHoldsMoreThanMosquittosInflightDefault(t *testing.T)
 	v3 := newInbox()
 	v3cfg := config(m.URL())
 	v3cfg.ClientID = "v3-held"
-	waitReady(t, startV5(t, v3cfg, map[string]byte{"held": 1}, v3, mqttclient.Options{ManualAck: true}))
+	waitReady(t, startWith(t, v3cfg, map[string]byte{"held": 1}, v3, mqttclient.Options{ManualAck: true}))
 
 	got := newInbox()
 	cfg := v5config("v5-held", m.URL())
 	cfg.ReceiveMaximum = 100
-	sub := startV5(t, cfg, map[string]byte{"held": 1}, got, mqttclient.Options{ManualAck: true})
+	sub := startWith(t, cfg, map[string]byte{"held": 1}, got, mqttclient.Options{ManualAck: true})
 	waitReady(t, sub)
 
-	pub := waitReady(t, startV5(t, v5config("v5-held-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	pub := waitReady(t, startWith(t, v5config("v5-held-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	for i := 0; i < n; i++ {
 		publish(t, pub, mqttclient.Publication{Topic: "held", QoS: 1, Payload: []byte{byte(i)}})
 	}
@@ -215,7 +216,7 @@ func TestV5ManualAckConsumerHoldsMoreThanMosquittosInflightDefault(t *testing.T)
 	closeClient(t, sub)
 
 	again := newInbox()
-	conn := waitReady(t, startV5(t, cfg, map[string]byte{"held": 1}, again, mqttclient.Options{ManualAck: true}))
+	conn := waitReady(t, startWith(t, cfg, map[string]byte{"held": 1}, again, mqttclient.Options{ManualAck: true}))
 	if !conn.SessionPresent() {
 		t.Fatal("the persistent v5 session was not present on reconnect")
 	}
@@ -232,9 +233,9 @@ func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
 	proxy := harness.NewProxy(t, m.Addr())
 	got := newInbox()
 	cfg := v5config("v5-redeliver", proxy.URL())
-	sub := startV5(t, cfg, map[string]byte{"r": 1}, got, mqttclient.Options{ManualAck: true})
+	sub := startWith(t, cfg, map[string]byte{"r": 1}, got, mqttclient.Options{ManualAck: true})
 	first := waitReady(t, sub)
-	pub := waitReady(t, startV5(t, v5config("v5-redeliver-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	pub := waitReady(t, startWith(t, v5config("v5-redeliver-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	publish(t, pub, mqttclient.Publication{Topic: "r", QoS: 1, Payload: []byte("once")})
 	stale := got.waitFor(t, 1, 10*time.Second)[0]
 
@@ -257,7 +258,7 @@ func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
 	closeClient(t, sub)
 
 	again := newInbox()
-	third := waitReady(t, startV5(t, cfg, map[string]byte{"r": 1}, again, mqttclient.Options{ManualAck: true}))
+	third := waitReady(t, startWith(t, cfg, map[string]byte{"r": 1}, again, mqttclient.Options{ManualAck: true}))
 	if !third.SessionPresent() {
 		t.Fatal("session not present on the third connection")
 	}
@@ -272,10 +273,10 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	cfg := v5config("v5-expiry", m.URL())
 	cfg.SessionExpiry = time.Second
-	sub := startV5(t, cfg, map[string]byte{"e": 1}, newInbox(), mqttclient.Options{ManualAck: true})
+	sub := startWith(t, cfg, map[string]byte{"e": 1}, newInbox(), mqttclient.Options{ManualAck: true})
 	waitReady(t, sub)
 	closeClient(t, sub)
-	pub := waitReady(t, startV5(t, v5config("v5-expiry-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	pub := waitReady(t, startWith(t, v5config("v5-expiry-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	publish(t, pub, mqttclient.Publication{Topic: "e", QoS: 1, Payload: []byte("queued")})
 	time.Sleep(2 * time.Second)
 
@@ -294,13 +295,13 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 
 	// The control: the same steps with the default (never) keep it.
 	keep := v5config("v5-keep", m.URL())
-	k := startV5(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
+	k := startWith(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
 	waitReady(t, k)
 	closeClient(t, k)
 	publish(t, pub, mqttclient.Publication{Topic: "e", QoS: 1, Payload: []byte("kept")})
 	time.Sleep(2 * time.Second)
 	kept := newInbox()
-	if conn := waitReady(t, startV5(t, keep, nil, kept, mqttclient.Options{})); !conn.SessionPresent() {
+	if conn := waitReady(t, startWith(t, keep, nil, kept, mqttclient.Options{})); !conn.SessionPresent() {
 		t.Fatal("a never-expiring session was gone after 2 s")
 	}
 	if msg := kept.waitFor(t, 1, 10*time.Second)[0]; string(msg.Payload()) != "kept" {
@@ -310,17 +311,17 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 
 // aclMosquitto starts mosquitto with an ACL for anonymous clients: open/#
 // read and write, read/# read only, nothing else.
-func aclMosquitto(t *testing.T, extra string) *harness.Mosquitto {
+func aclMosquitto(t *testing.T) *harness.Mosquitto {
 	acl := filepath.Join(t.TempDir(), "acl")
 	if err := os.WriteFile(acl, []byte("topic readwrite open/#\ntopic read read/#\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "acl_file " + acl + "\n" + extra})
+	return harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "acl_file " + acl + "\n"})
 }
 
 func TestV5PubackReasonCodes(t *testing.T) {
-	m := aclMosquitto(t, "")
-	conn := waitReady(t, startV5(t, v5config("v5-puback", m.URL()), nil, nil, mqttclient.Options{}))
+	m := aclMosquitto(t)
+	conn := waitReady(t, startWith(t, v5config("v5-puback", m.URL()), nil, nil, mqttclient.Options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -337,7 +338,7 @@ func TestV5PubackReasonCodes(t *testing.T) {
 	}
 
 	// With a subscriber, RequireSubscribers succeeds.
-	waitReady(t, startV5(t, v5config("v5-puback-sub", m.URL()), map[string]byte{"open/some": 1}, newInbox(), mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-puback-sub", m.URL()), map[string]byte{"open/some": 1}, newInbox(), mqttclient.Options{}))
 	if err := conn.Publish(ctx, mqttclient.Publication{Topic: "open/some", QoS: 1, Payload: []byte("x"), RequireSubscribers: true}); err != nil {
 		t.Fatalf("RequireSubscribers with a subscriber: %v", err)
 	}
@@ -365,12 +366,12 @@ func TestV5EmbeddedACLRefusalsAreReasonCodeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	owner := startV5(t, v5config("v5-acl-owner", fmt.Sprintf("embedded://?dir=%s&listen=%s&users=%s&acl=%s", filepath.Join(dir, "broker"), addr, users, acl)), nil, nil, mqttclient.Options{})
+	owner := startWith(t, v5config("v5-acl-owner", fmt.Sprintf("embedded://?dir=%s&listen=%s&users=%s&acl=%s", filepath.Join(dir, "broker"), addr, users, acl)), nil, nil, mqttclient.Options{})
 	waitReady(t, owner)
 
 	cfg := v5config("v5-acl", "tcp://"+addr)
 	cfg.User, cfg.Password = "plant", "plant-pw"
-	conn := waitReady(t, startV5(t, cfg, nil, nil, mqttclient.Options{}))
+	conn := waitReady(t, startWith(t, cfg, nil, nil, mqttclient.Options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -397,9 +398,9 @@ func TestV5EmbeddedACLRefusalsAreReasonCodeErrors(t *testing.T) {
 func TestV5SharedSubscriptionSplitsMessages(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	a, b := newInbox(), newInbox()
-	waitReady(t, startV5(t, v5config("v5-share-a", m.URL()), map[string]byte{"$share/g/s/#": 1}, a, mqttclient.Options{}))
-	waitReady(t, startV5(t, v5config("v5-share-b", m.URL()), map[string]byte{"$share/g/s/#": 1}, b, mqttclient.Options{}))
-	pub := waitReady(t, startV5(t, v5config("v5-share-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-share-a", m.URL()), map[string]byte{"$share/g/s/#": 1}, a, mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-share-b", m.URL()), map[string]byte{"$share/g/s/#": 1}, b, mqttclient.Options{}))
+	pub := waitReady(t, startWith(t, v5config("v5-share-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	const n = 40
 	for i := 0; i < n; i++ {
 		publish(t, pub, mqttclient.Publication{Topic: "s/x", QoS: 1, Payload: []byte{byte(i)}})
@@ -430,8 +431,8 @@ func TestV5SharedSubscriptionSplitsMessages(t *testing.T) {
 func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "max_packet_size 1000\nretain_available false\nmax_qos 1"})
 	got := newInbox()
-	waitReady(t, startV5(t, v5config("v5-limits-sub", m.URL()), map[string]byte{"l/#": 1}, got, mqttclient.Options{}))
-	conn := waitReady(t, startV5(t, v5config("v5-limits", m.URL()), nil, nil, mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-limits-sub", m.URL()), map[string]byte{"l/#": 1}, got, mqttclient.Options{}))
+	conn := waitReady(t, startWith(t, v5config("v5-limits", m.URL()), nil, nil, mqttclient.Options{}))
 	want := mqttclient.ServerLimits{ReceiveMaximum: 20, MaximumPacketSize: 1000, MaximumQoS: 1, RetainAvailable: false}
 	if conn.Limits() != want {
 		t.Fatalf("limits %+v, want %+v", conn.Limits(), want)
@@ -465,8 +466,8 @@ func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 func TestV5PublishAsyncQueuesBeyondTheServersReceiveMaximum(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	got := newInbox()
-	waitReady(t, startV5(t, v5config("v5-window-sub", m.URL()), map[string]byte{"w": 2}, got, mqttclient.Options{}))
-	conn := waitReady(t, startV5(t, v5config("v5-window", m.URL()), nil, nil, mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-window-sub", m.URL()), map[string]byte{"w": 2}, got, mqttclient.Options{}))
+	conn := waitReady(t, startWith(t, v5config("v5-window", m.URL()), nil, nil, mqttclient.Options{}))
 	if rm := conn.Limits().ReceiveMaximum; rm != 20 {
 		t.Fatalf("mosquitto's Receive Maximum is %d, want its default 20", rm)
 	}
@@ -509,7 +510,7 @@ func TestV5PublishAsyncQueuesBeyondTheServersReceiveMaximum(t *testing.T) {
 func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	proxy := harness.NewProxy(t, m.Addr())
-	c := startV5(t, v5config("v5-lost", proxy.URL()), nil, nil, mqttclient.Options{})
+	c := startWith(t, v5config("v5-lost", proxy.URL()), nil, nil, mqttclient.Options{})
 	conn := waitReady(t, c)
 	proxy.Stall()
 	toks := make([]mqttclient.Token, 30) // 20 in flight, 10 queued
@@ -542,7 +543,7 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 // The broker's DISCONNECT (here: session taken over, 0x8E) loses the Conn.
 func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	first := waitReady(t, startV5(t, v5config("v5-twin", m.URL()), nil, nil, mqttclient.Options{}))
+	first := waitReady(t, startWith(t, v5config("v5-twin", m.URL()), nil, nil, mqttclient.Options{}))
 	twin := mqttclient.Config(v5config("v5-twin", m.URL()))
 	c, err := mqttclient.Start(twin, mqttclient.Handlers{}, mqttclient.Options{})
 	if err != nil {
@@ -562,10 +563,10 @@ func TestV5WillIsPublishedWhenTheConnectionDies(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	proxy := harness.NewProxy(t, m.Addr())
 	got := newInbox()
-	waitReady(t, startV5(t, v5config("v5-will-sub", m.URL()), map[string]byte{"will/#": 1}, got, mqttclient.Options{}))
+	waitReady(t, startWith(t, v5config("v5-will-sub", m.URL()), map[string]byte{"will/#": 1}, got, mqttclient.Options{}))
 	cfg := v5config("v5-will", proxy.URL())
 	cfg.Will = &mqttclient.Will{Topic: "will/v5", Payload: []byte("gone"), QoS: 1}
-	waitReady(t, startV5(t, cfg, nil, nil, mqttclient.Options{}))
+	waitReady(t, startWith(t, cfg, nil, nil, mqttclient.Options{}))
 	if msgs := got.quiet(200 * time.Millisecond); len(msgs) != 0 {
 		t.Fatalf("the will was published while connected: %q", msgs[0].Payload())
 	}
@@ -593,7 +594,7 @@ func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
 	}
 	defer closeClient(t, c)
 	waitReady(t, c)
-	pub := waitReady(t, startV5(t, v5config("v5-qos2-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	pub := waitReady(t, startWith(t, v5config("v5-qos2-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	publish(t, pub, mqttclient.Publication{Topic: "q2", QoS: 2, Payload: []byte("once")})
 	msg := got.waitFor(t, 1, 10*time.Second)[0]
 	if msg.Qos() != 2 {
