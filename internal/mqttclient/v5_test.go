@@ -665,3 +665,21 @@ func BenchmarkPublishQoS1(b *testing.B) {
 		})
 	}
 }
+
+// The server's keepalive from CONNACK replaces the client's: mosquitto with
+// max_keepalive 10 tells a client asking for 5 minutes to use 10 s, so a
+// broker that stops answering is noticed within two 10 s intervals rather
+// than after minutes.
+func TestV5ServerKeepaliveIsHonoured(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "max_keepalive 10\n"})
+	proxy := harness.NewProxy(t, m.Addr())
+	cfg := v5config("v5-keepalive", proxy.URL())
+	cfg.KeepAlive = 5 * time.Minute
+	conn := waitReady(t, startWith(t, cfg, nil, nil, mqttclient.Options{}))
+	proxy.Stall()
+	select {
+	case <-conn.Lost():
+	case <-time.After(45 * time.Second):
+		t.Fatal("a stalled connection was not lost within 45 s: the server keepalive of 10 s was not used")
+	}
+}
