@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -540,12 +543,33 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
 }
 
-// The broker's DISCONNECT (here: session taken over, 0x8E) loses the Conn.
-func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	first := waitReady(t, startWith(t, v5config("v5-twin", m.URL()), nil, nil, mqttclient.Options{}))
-	twin := mqttclient.Config(v5config("v5-twin", m.URL()))
-	c, err := mqttclient.Start(twin, mqttclient.Handlers{}, mqttclient.Options{})
+// logBuffer collects a logger's output for assertions.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The broker's DISCONNECT (here: session taken over, 0x8E, which the
+// embedded broker sends and mosquitto 2.0.11 does not: it closes the
+// socket) loses the Conn and is logged at warn with its code and reason.
+func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "broker")
+	logs := &logBuffer{}
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	first := waitReady(t, startWith(t, v5config("v5-twin", "embedded://?dir="+dir), nil, nil, mqttclient.Options{Logger: log}))
+	c, err := mqttclient.Start(v5config("v5-twin", "embedded://?dir="+dir), mqttclient.Handlers{}, mqttclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,6 +580,13 @@ func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
 		t.Fatal("the taken-over connection was not marked lost")
 	}
 	closeClient(t, c)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "level=WARN msg=\"MQTT server sent DISCONNECT with reason code 0x8e: ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning naming the DISCONNECT's code 0x8e; logged:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // The will of a v5 connection that dies without DISCONNECT is published.
