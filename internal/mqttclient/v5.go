@@ -90,6 +90,8 @@ func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
 // (QoS 2) or the write (QoS 0), or fails when the connection is lost.
 // A PUBACK or PUBREC reason code of 0x80 or more is a *ReasonCodeError,
 // and so is 0x10 (no matching subscribers) with p.RequireSubscribers.
+// The queue holds what the caller has started and not seen complete, so
+// the caller's own window (the sender's) bounds its memory.
 func (c *v5Conn) PublishAsync(p Publication) Token {
 	if !c.Alive() {
 		return failedToken{ErrNotConnected}
