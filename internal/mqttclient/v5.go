@@ -486,8 +486,8 @@ func (m *v5Message) Properties() *Properties { return m.props }
 
 // Ack sends the PUBACK/PUBREC now under Options.ManualAck (paho already
 // acknowledged it otherwise). An ack for a message of a lost connection
-// goes nowhere: the connection's session state has no socket any more,
-// and a new connection has a new state.
+// goes nowhere: its Conn is no longer alive, and its socket and session
+// state are not the next connection's.
 func (m *v5Message) Ack() {
 	c := m.conn
 	if !c.session.manual || !c.Alive() {
