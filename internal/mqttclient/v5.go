@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -474,6 +475,7 @@ type v5Message struct {
 	conn  *v5Conn
 	p     *paho.Publish
 	props *Properties
+	acked atomic.Bool // Ack sends at most once, as paho.mqtt.golang's does
 }
 
 func (m *v5Message) Topic() string           { return m.p.Topic }
@@ -490,7 +492,7 @@ func (m *v5Message) Properties() *Properties { return m.props }
 // state are not the next connection's.
 func (m *v5Message) Ack() {
 	c := m.conn
-	if !c.session.manual || !c.Alive() {
+	if !c.session.manual || !c.Alive() || m.acked.Swap(true) {
 		return
 	}
 	switch m.p.QoS {
