@@ -543,30 +543,12 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
 }
 
-// logBuffer collects a logger's output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The broker's DISCONNECT (here: session taken over, 0x8E, which the
 // embedded broker sends and mosquitto 2.0.11 does not: it closes the
 // socket) loses the Conn and is logged at warn with its code and reason.
 func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "broker")
-	logs := &logBuffer{}
+	logs := &harness.LogBuffer{}
 	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	first := waitReady(t, startWith(t, v5config("v5-twin", "embedded://?dir="+dir), nil, nil, mqttclient.Options{Logger: log}))
 	c, err := mqttclient.Start(v5config("v5-twin", "embedded://?dir="+dir), mqttclient.Handlers{}, mqttclient.Options{})
@@ -581,7 +563,7 @@ func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
 	}
 	closeClient(t, c)
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "level=WARN msg=\"MQTT server sent DISCONNECT with reason code 0x8e: ") {
+	for !logs.Contains("level=WARN msg=\"MQTT server sent DISCONNECT with reason code 0x8e: ") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no warning naming the DISCONNECT's code 0x8e; logged:\n%s", logs)
 		}
