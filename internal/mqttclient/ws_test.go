@@ -53,7 +53,8 @@ func TestWebSocketURLs(t *testing.T) {
 			url := wsBroker(t, serverTLS)
 			eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
 				sub, pub := config(url), config(url)
-				sub.ClientID, pub.ClientID = "ws-sub", "ws-pub"
+				// One broker serves both protocols: distinct sessions.
+				sub.ClientID, pub.ClientID = "ws-sub-"+sub.ProtocolVersion, "ws-pub-"+pub.ProtocolVersion
 				sub.TLS, pub.TLS = clientTLS, clientTLS
 				got := newInbox()
 				waitReady(t, startWith(t, sub, map[string]byte{"ws/#": 1}, got, mqttclient.Options{}))
