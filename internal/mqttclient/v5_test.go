@@ -271,7 +271,8 @@ func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
 }
 
 // A session with a 1 s expiry interval is gone after 2 s offline: no
-// session present, nothing queued comes.
+// session present, nothing queued comes. The default (SessionExpiryDefault)
+// ends a clean session with its connection and keeps a persistent one.
 func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	cfg := v5config("v5-expiry", m.URL())
@@ -296,7 +297,18 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 		t.Fatalf("%d messages of the expired session arrived", len(msgs))
 	}
 
-	// The control: the same steps with the default (never) keep it.
+	// The default with a clean session: it ends with the connection.
+	clean := v5config("v5-clean", m.URL())
+	clean.CleanSession = true
+	cl := startWith(t, clean, map[string]byte{"e": 1}, nil, mqttclient.Options{})
+	waitReady(t, cl)
+	closeClient(t, cl)
+	clean.CleanSession = false // resume whatever is left
+	if conn := waitReady(t, startWith(t, clean, nil, nil, mqttclient.Options{})); conn.SessionPresent() {
+		t.Fatal("a clean session with the default expiry outlived its connection")
+	}
+
+	// The control: the default without a clean session keeps it.
 	keep := v5config("v5-keep", m.URL())
 	k := startWith(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
 	waitReady(t, k)
