@@ -187,7 +187,7 @@ func (m *testMetrics) OnConfirmed(time.Duration)  {}
 func (m *testMetrics) OnRetried()                 {}
 func (m *testMetrics) SetConnected(bool)          {}
 func (m *testMetrics) OnIgnoredACK(reason string) { m.mu.Lock(); m.ignored[reason]++; m.mu.Unlock() }
-func (m *testMetrics) OnReasonCode(code byte)      { m.mu.Lock(); m.codes[code]++; m.mu.Unlock() }
+func (m *testMetrics) OnReasonCode(code byte)     { m.mu.Lock(); m.codes[code]++; m.mu.Unlock() }
 
 type testLog struct{ lines []string }
 
