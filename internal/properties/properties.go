@@ -217,6 +217,13 @@ func StoreTopic(topic string, p *mqttclient.Properties) string {
 	return topic + storedSep + string(b)
 }
 
+// SplitStored splits an outbox record's topic field into the publish topic
+// and the JSON text of its properties ("" without), for display.
+func SplitStored(s string) (topic, props string) {
+	topic, props, _ = strings.Cut(s, storedSep)
+	return topic, props
+}
+
 // ErrStoredTopic is wrapped by LoadTopic's errors: a record whose
 // properties cannot be read.
 var ErrStoredTopic = errors.New("unreadable MQTT 5 properties in a stored record")
