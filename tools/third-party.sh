@@ -14,6 +14,7 @@ allowed='Apache-2.0|MIT|BSD-2-Clause|BSD-2-Clause-FreeBSD|BSD-3-Clause|ISC|MPL-2
 # Reviewed by hand where the classifier cannot tell (module -> licence).
 declare -A override=(
   [github.com/eclipse/paho.mqtt.golang]='EPL-2.0 OR BSD-3-Clause' # dual: EPL-2.0 or EDL-1.0 (BSD-3-Clause), see its NOTICE.md
+  [github.com/eclipse/paho.golang]='EPL-2.0 OR BSD-3-Clause'      # dual: EPL-2.0 or EDL-1.0 (BSD-3-Clause), see its LICENSE and edl-v10
   [modernc.org/mathutil]='BSD-3-Clause'                            # BSD-3-Clause text naming "the authors"
 )
 

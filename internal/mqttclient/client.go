@@ -3,8 +3,9 @@
 // reconnect loop with explicit connection state.
 //
 // The engines see only the Transport and Conn interfaces (plus Message and
-// Token); Client implements them for MQTT 3.1.1 on paho.mqtt.golang, so a
-// second protocol is a second implementation, not a change to the engines.
+// Token). Client implements them with one reconnect loop and a dialer per
+// protocol: MQTT 3.1.1 on paho.mqtt.golang (v311.go) and MQTT 5 on
+// paho.golang (v5.go), so the engines do not change with the protocol.
 //
 // Each connection is a fresh paho client, called a Conn. That is deliberate:
 // paho's own auto-reconnect hides the CONNACK's session-present flag, keeps
@@ -18,12 +19,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
@@ -50,11 +48,6 @@ type Message interface {
 	Properties() *Properties
 	Ack()
 }
-
-// v3Message is a paho.mqtt.golang message: MQTT 3.1.1 has no properties.
-type v3Message struct{ paho.Message }
-
-func (v3Message) Properties() *Properties { return nil }
 
 // failedToken is a publish that failed before it was sent.
 type failedToken struct{ err error }
@@ -129,20 +122,6 @@ type Handlers struct {
 	OnPubrel func(conn Conn, id uint16)
 }
 
-// pubrelStore is paho's memory store that reports PUBRELs: paho puts an
-// inbound PUBREL into its store on arrival, and offers no other hook.
-type pubrelStore struct {
-	*paho.MemoryStore
-	onPubrel func(id uint16)
-}
-
-func (s *pubrelStore) Put(key string, m packets.ControlPacket) {
-	if rel, ok := m.(*packets.PubrelPacket); ok && strings.HasPrefix(key, "i.") {
-		s.onPubrel(rel.MessageID)
-	}
-	s.MemoryStore.Put(key, m)
-}
-
 // Options configure a Client beyond the user's Config.
 type Options struct {
 	// ManualAck disables paho's automatic PUBACK/PUBREC: the caller acks
@@ -151,140 +130,103 @@ type Options struct {
 	Logger    *service.Logger
 }
 
-// pahoConn is one MQTT 3.1.1 connection: one paho client.
-type pahoConn struct {
+// link is what every connection has, whatever its protocol: its number,
+// the CONNACK's session flag, and whether (and why) it was lost.
+type link struct {
 	gen            uint64
 	sessionPresent bool
 
-	paho     paho.Client
-	lostOnce sync.Once
-	lost     chan struct{}
-
+	// ctx is cancelled when the connection is lost; its Done is Lost.
+	ctx     context.Context
+	cancel  context.CancelFunc
 	dropMu  sync.Mutex
 	dropErr error // why Drop closed the connection; nil otherwise
 }
 
-func (c *pahoConn) Gen() uint64 { return c.gen }
-
-func (c *pahoConn) SessionPresent() bool { return c.sessionPresent }
-
-// Lost is closed when the connection is gone.
-func (c *pahoConn) Lost() <-chan struct{} { return c.lost }
-
-// Alive reports whether the connection has not been lost.
-func (c *pahoConn) Alive() bool {
-	select {
-	case <-c.lost:
-		return false
-	default:
-		return true
-	}
+func newLink(gen uint64) link {
+	ctx, cancel := context.WithCancel(context.Background())
+	return link{gen: gen, ctx: ctx, cancel: cancel}
 }
 
-func (c *pahoConn) markLost() { c.lostOnce.Do(func() { close(c.lost) }) }
+func (l *link) Gen() uint64 { return l.gen }
+
+func (l *link) SessionPresent() bool { return l.sessionPresent }
+
+// Lost is closed when the connection is gone.
+func (l *link) Lost() <-chan struct{} { return l.ctx.Done() }
+
+// Alive reports whether the connection has not been lost.
+func (l *link) Alive() bool { return l.ctx.Err() == nil }
+
+func (l *link) markLost() { l.cancel() }
 
 // Drop closes the connection on purpose, e.g. when a component must fail
 // closed. It never blocks, so it may be called from OnMessage. Nothing more
 // is sent on this Conn (acks and publishes go nowhere). The Client
 // reconnects after its backoff delay, which grows while connections keep
 // being dropped, so a drop that repeats on every connection cannot spin.
-func (c *pahoConn) Drop(reason error) {
-	c.dropMu.Lock()
-	if c.dropErr == nil {
-		c.dropErr = reason
+func (l *link) Drop(reason error) {
+	l.dropMu.Lock()
+	if l.dropErr == nil {
+		l.dropErr = reason
 	}
-	c.dropMu.Unlock()
-	c.markLost()
+	l.dropMu.Unlock()
+	l.markLost()
 }
 
 // dropReason returns the reason given to Drop, or nil.
-func (c *pahoConn) dropReason() error {
-	c.dropMu.Lock()
-	defer c.dropMu.Unlock()
-	return c.dropErr
+func (l *link) dropReason() error {
+	l.dropMu.Lock()
+	defer l.dropMu.Unlock()
+	return l.dropErr
 }
 
-// Publish sends one message and waits, bounded by ctx, for its completion
-// (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
-func (c *pahoConn) Publish(ctx context.Context, p Publication) error {
-	if !c.Alive() {
-		return ErrNotConnected
-	}
-	return c.wait(ctx, c.PublishAsync(p))
-}
-
-// PublishAsync starts a publish and returns its token.
-func (c *pahoConn) PublishAsync(p Publication) Token {
-	if p.Props != nil {
-		return failedToken{ErrNeedsV5}
-	}
-	return c.paho.Publish(p.Topic, p.QoS, p.Retained, p.Payload)
-}
-
-// Limits are NoLimits: MQTT 3.1.1 has no way to state any.
-func (c *pahoConn) Limits() ServerLimits { return NoLimits }
-
-// Subscribe subscribes to filters and waits, bounded by ctx, for the SUBACK.
-// A filter the broker refuses (return code 0x80) is an error.
-func (c *pahoConn) Subscribe(ctx context.Context, filters map[string]byte) error {
-	if len(filters) == 0 {
-		return nil
-	}
-	tok := c.paho.SubscribeMultiple(filters, nil)
-	if err := c.wait(ctx, tok); err != nil {
-		return fmt.Errorf("subscribe %v: %w", keys(filters), err)
-	}
-	st, ok := tok.(*paho.SubscribeToken)
-	if !ok {
-		return nil
-	}
-	for f, code := range st.Result() {
-		if code == 0x80 {
-			return fmt.Errorf("subscribe: the broker refused filter %q (SUBACK 0x80): check its ACLs and the filter syntax", f)
-		}
-	}
-	return nil
-}
-
-// wait waits for a paho token without blocking past ctx or the connection.
-// paho's token.Wait ignores contexts, so select on Done instead.
-func (c *pahoConn) wait(ctx context.Context, tok Token) error {
+// wait waits for a token without blocking past ctx or the connection.
+func (l *link) wait(ctx context.Context, tok Token) error {
 	select {
 	case <-tok.Done():
 		return tok.Error()
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.lost:
+	case <-l.Lost():
 		return ErrNotConnected
 	}
 }
 
-func keys(m map[string]byte) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+// conn is a Conn as the Client's loop handles it.
+type conn interface {
+	Conn
+	base() *link
+	// disconnect sends DISCONNECT (keeping the session) and closes the
+	// network connection, in bounded time. closing says the Client is
+	// closing rather than reconnecting.
+	disconnect(closing bool)
 }
 
-var (
-	_ Transport = (*Client)(nil)
-	_ Conn      = (*pahoConn)(nil)
-)
+func (l *link) base() *link { return l }
+
+// dialer makes one connection attempt of a protocol: every URL in order,
+// each with its own connect_timeout, up to the CONNACK. It returns early
+// with ErrClosed when closing is closed.
+type dialer func(gen uint64, closing <-chan struct{}) (conn, error)
+
+var _ Transport = (*Client)(nil)
 
 // Client keeps one connection to the broker alive, reconnecting with backoff
-// until Close.
+// until Close. The protocol is only in its dialer: the loop, the backoff,
+// OnConnect and the embedded brokers are the same for 3.1.1 and 5.
 type Client struct {
 	cfg  Config
 	h    Handlers
 	opts Options
 	log  *service.Logger
+	dial dialer
 
 	brokerURLs []string
 	embedded   []*embedded.Broker
 
 	mu      sync.Mutex
-	current *pahoConn     // ready connection, nil while down
+	current conn          // ready connection, nil while down
 	changed chan struct{} // closed and replaced on every state change
 	gen     uint64
 
@@ -296,14 +238,21 @@ type Client struct {
 // connecting in the background with the protocol cfg names. It returns
 // without waiting for a broker.
 func Start(cfg Config, h Handlers, opts Options) (Transport, error) {
-	if cfg.ProtocolVersion == V5 {
-		return startV5(cfg, h, opts)
+	c, err := newClient(cfg, h, opts)
+	if err != nil {
+		return nil, err
 	}
-	return startV311(cfg, h, opts)
+	if cfg.ProtocolVersion == V5 {
+		c.dial = c.dialV5
+	} else {
+		c.dial = c.dialV311
+	}
+	go c.loop()
+	return c, nil
 }
 
-// startV311 starts a Client: MQTT 3.1.1 on paho.mqtt.golang.
-func startV311(cfg Config, h Handlers, opts Options) (*Client, error) {
+// newClient checks cfg and starts its embedded brokers.
+func newClient(cfg Config, h Handlers, opts Options) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -334,7 +283,6 @@ func startV311(cfg Config, h Handlers, opts Options) (*Client, error) {
 		c.embedded = append(c.embedded, b)
 		c.brokerURLs = append(c.brokerURLs, b.ClientURL())
 	}
-	go c.loop()
 	return c, nil
 }
 
@@ -352,7 +300,7 @@ func (c *Client) Current() Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current == nil {
-		return nil // a nil interface, not a nil *pahoConn
+		return nil // a nil interface, not a nil *v311Conn
 	}
 	return c.current
 }
@@ -376,7 +324,7 @@ func (c *Client) WaitReady(ctx context.Context) (Conn, error) {
 	}
 }
 
-func (c *Client) setCurrent(conn *pahoConn) {
+func (c *Client) setCurrent(conn conn) {
 	c.mu.Lock()
 	c.current = conn
 	close(c.changed)
@@ -428,16 +376,16 @@ func (c *Client) loop() {
 		}
 		c.setCurrent(conn)
 		if c.log != nil {
-			c.log.Infof("MQTT connected to %v as %q (session present: %v)", c.cfg.URLs, c.cfg.ClientID, conn.sessionPresent)
+			c.log.Infof("MQTT connected to %v as %q (protocol %s, session present: %v)", c.cfg.URLs, c.cfg.ClientID, c.protocol(), conn.SessionPresent())
 		}
 		select {
-		case <-conn.lost:
+		case <-conn.Lost():
 			c.setCurrent(nil)
 			if c.log != nil {
 				c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
 			}
-			conn.paho.Disconnect(0)
-			if conn.dropReason() == nil {
+			conn.disconnect(false)
+			if conn.base().dropReason() == nil {
 				delay = c.cfg.Reconnect.Initial
 				continue
 			}
@@ -451,75 +399,27 @@ func (c *Client) loop() {
 		case <-c.closing:
 			c.setCurrent(nil)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.
-			conn.paho.Disconnect(250)
-			conn.markLost()
+			conn.disconnect(true)
+			conn.base().markLost()
 			return
 		}
 	}
 }
 
+func (c *Client) protocol() string {
+	if c.cfg.ProtocolVersion == V5 {
+		return "5"
+	}
+	return V311
+}
+
 // connect makes one connection attempt, runs OnConnect and returns the
 // ready connection.
-func (c *Client) connect() (*pahoConn, error) {
+func (c *Client) connect() (conn, error) {
 	c.gen++
-	conn := &pahoConn{gen: c.gen, lost: make(chan struct{})}
-	o := paho.NewClientOptions().
-		SetClientID(c.cfg.ClientID).
-		SetCleanSession(c.cfg.CleanSession).
-		SetUsername(c.cfg.User).
-		SetPassword(c.cfg.Password).
-		SetKeepAlive(c.cfg.KeepAlive).
-		SetPingTimeout(c.cfg.ConnectTimeout).
-		SetConnectTimeout(c.cfg.ConnectTimeout).
-		SetWriteTimeout(c.cfg.ConnectTimeout).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetResumeSubs(false).
-		// Receive order is needed to PUBACK in order (MQTT 3.1.1 §4.6);
-		// OnMessage is therefore required never to block.
-		SetOrderMatters(true).
-		SetAutoAckDisabled(c.opts.ManualAck).
-		SetConnectionLostHandler(func(_ paho.Client, err error) {
-			if c.log != nil && err != nil {
-				c.log.Debugf("MQTT connection lost: %v", err)
-			}
-			conn.markLost()
-		})
-	for _, u := range c.brokerURLs {
-		o.AddBroker(u)
-	}
-	if c.cfg.TLS != nil {
-		o.SetTLSConfig(c.cfg.TLS)
-	}
-	if w := c.cfg.Will; w != nil {
-		o.SetBinaryWill(w.Topic, w.Payload, w.QoS, w.Retained)
-	}
-	if c.h.OnMessage != nil {
-		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { c.h.OnMessage(conn, v3Message{m}) })
-	}
-	if c.h.OnPubrel != nil {
-		o.SetStore(&pubrelStore{MemoryStore: paho.NewMemoryStore(), onPubrel: func(id uint16) { c.h.OnPubrel(conn, id) }})
-	}
-	conn.paho = paho.NewClient(o)
-
-	// paho tries the URLs in order, each with its own connect_timeout, so
-	// a node that accepts TCP and never answers must not use up the whole
-	// attempt before the next URL is tried.
-	tok := conn.paho.Connect()
-	select {
-	case <-tok.Done():
-	case <-time.After(time.Duration(len(c.brokerURLs))*c.cfg.ConnectTimeout + time.Second):
-		conn.paho.Disconnect(0)
-		return nil, errors.New("connect timed out")
-	case <-c.closing:
-		conn.paho.Disconnect(0)
-		return nil, ErrClosed
-	}
-	if err := tok.Error(); err != nil {
+	conn, err := c.dial(c.gen, c.closing)
+	if err != nil {
 		return nil, err
-	}
-	if ct, ok := tok.(*paho.ConnectToken); ok {
-		conn.sessionPresent = ct.SessionPresent()
 	}
 	if c.h.OnConnect != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
@@ -533,16 +433,16 @@ func (c *Client) connect() (*pahoConn, error) {
 		err := c.h.OnConnect(ctx, conn)
 		cancel()
 		if err != nil {
-			// On Close, let paho write what it was already handed (acks of
+			// On Close, let what was already handed over go out (acks of
 			// messages that arrived before the SUBACK), as the ready path does.
-			quiesce := uint(0)
+			closing := false
 			select {
 			case <-c.closing:
-				quiesce = 250
+				closing = true
 			default:
 			}
-			conn.paho.Disconnect(quiesce)
-			conn.markLost()
+			conn.disconnect(closing)
+			conn.base().markLost()
 			return nil, fmt.Errorf("after connect: %w", err)
 		}
 	}

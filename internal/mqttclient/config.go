@@ -29,6 +29,8 @@ const (
 	FieldWillQoS        = "qos"
 	FieldWillRetained   = "retained"
 	FieldReconnect      = "reconnect_backoff"
+	FieldProtocol       = "protocol_version"
+	FieldSessionExpiry  = "session_expiry_interval"
 )
 
 // Will is the last-will message the broker publishes if the connection dies
@@ -58,7 +60,9 @@ type Config struct {
 	ProtocolVersion string
 	// SessionExpiry is the MQTT 5 session expiry interval sent in CONNECT
 	// (whole seconds; 0 ends the session with the connection).
-	// SessionNeverExpires keeps it forever, as a 3.1.1 persistent session.
+	// SessionNeverExpires keeps it forever, as a 3.1.1 persistent session;
+	// SessionExpiryDefault (what ParseConfig returns when the field is
+	// unset) is SessionNeverExpires without CleanSession and 0 with it.
 	SessionExpiry time.Duration
 	// ReceiveMaximum is the MQTT 5 Receive Maximum sent in CONNECT: how many
 	// unacknowledged QoS 1/2 messages the broker may send at once. 0 sends
@@ -68,6 +72,23 @@ type Config struct {
 
 // SessionNeverExpires is the session expiry interval 0xFFFFFFFF seconds.
 const SessionNeverExpires = time.Duration(0xFFFFFFFF) * time.Second
+
+// SessionExpiryDefault makes the session expiry follow CleanSession: a
+// persistent session (CleanSession false) never expires, as in 3.1.1, and
+// a clean one ends with the connection.
+const SessionExpiryDefault time.Duration = -1
+
+// sessionExpiry is the interval CONNECT carries, in whole seconds.
+func (c Config) sessionExpiry() uint32 {
+	d := c.SessionExpiry
+	if d < 0 {
+		if c.CleanSession {
+			return 0
+		}
+		d = SessionNeverExpires
+	}
+	return uint32(min(d/time.Second, SessionNeverExpires/time.Second))
+}
 
 // ConnectionFields are the spec fields every MQTT component shares, except
 // client_id, whose meaning differs between the input (required, it names a
@@ -97,6 +118,12 @@ func ConnectionFields() []*service.ConfigField {
 			service.NewBoolField(FieldWillRetained).Description("Whether the last will is retained.").Default(false),
 		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
 		BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
+		service.NewStringEnumField(FieldProtocol, V311, V5).
+			Description("The MQTT protocol version: `3.1.1` or `5`. Every other connection field applies to both, except `" + FieldSessionExpiry + "` (MQTT 5 only). With `5`, the broker's CONNACK limits are honoured (Receive Maximum, Maximum QoS, Retain Available, Maximum Packet Size: a message the broker would refuse is refused before it is sent) and PUBACK/SUBACK reason codes are reported; `ws://` and `wss://` URLs need `3.1.1`.").
+			Default(V311).Advanced(),
+		service.NewDurationField(FieldSessionExpiry).
+			Description("MQTT 5 only: how long the broker keeps this client's session (subscriptions and queued messages) after a disconnect; sent in CONNECT in whole seconds. Unset (the default): the session never expires when `clean_session` is false, as a 3.1.1 persistent session, and ends with the connection when `clean_session` is true. `0s` ends it with the connection. Setting it with `protocol_version: 3.1.1` is an error.").
+			Optional().Advanced(),
 	}
 }
 
@@ -129,6 +156,21 @@ func ParseConfig(pc *service.ParsedConfig) (Config, error) {
 	}
 	if c.Reconnect, err = ParseBackoff(pc, FieldReconnect); err != nil {
 		return c, err
+	}
+	if c.ProtocolVersion, err = FieldEnum(pc, FieldProtocol, V311, V5); err != nil {
+		return c, err
+	}
+	c.SessionExpiry = SessionExpiryDefault
+	if pc.Contains(FieldSessionExpiry) {
+		if c.ProtocolVersion != V5 {
+			return c, fmt.Errorf("%s applies to MQTT 5 only: set %s: \"5\" or remove it", FieldSessionExpiry, FieldProtocol)
+		}
+		if c.SessionExpiry, err = pc.FieldDuration(FieldSessionExpiry); err != nil {
+			return c, err
+		}
+		if c.SessionExpiry < 0 {
+			return c, fmt.Errorf("%s: %s is negative", FieldSessionExpiry, c.SessionExpiry)
+		}
 	}
 	willOn, err := pc.FieldBool(FieldWill, FieldWillEnabled)
 	if err != nil {
@@ -165,13 +207,22 @@ func (c Config) Validate() error {
 	if len(c.URLs) == 0 {
 		return errors.New("urls: at least one broker URL is required")
 	}
+	switch c.ProtocolVersion {
+	case "", V311, V5:
+	default:
+		return fmt.Errorf("%s: %q is not one of %s, %s", FieldProtocol, c.ProtocolVersion, V311, V5)
+	}
 	for _, raw := range c.URLs {
 		u, err := url.Parse(raw)
 		if err != nil {
 			return fmt.Errorf("urls: %q is not a URL: %w", raw, err)
 		}
 		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss", "embedded":
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "embedded":
+		case "ws", "wss":
+			if c.ProtocolVersion == V5 {
+				return fmt.Errorf("urls: %q: WebSocket URLs are not supported with %s \"5\"; use tcp:// or ssl://, or %s \"3.1.1\"", raw, FieldProtocol, FieldProtocol)
+			}
 		default:
 			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
 		}

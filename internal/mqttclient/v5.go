@@ -1,9 +1,660 @@
 package mqttclient
 
-import "errors"
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
 
-// startV5 starts an MQTT 5 transport on eclipse/paho.golang.
-// TODO(v5): the implementation lands with the protocol_version field.
-func startV5(Config, Handlers, Options) (Transport, error) {
-	return nil, errors.New("mqtt: protocol version 5 is not implemented yet")
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session/state"
+)
+
+// MQTT 5 on the low-level paho.golang client (not autopaho: the Client's
+// loop owns reconnects and sessions, as for 3.1.1). paho.golang leaves the
+// network connection to its caller, so dialV5 dials each URL itself.
+//
+// What this file adds to paho.golang, and why:
+//   - Acknowledgements. paho.golang's manual ack (EnableManualAcknowledgment)
+//     queues acks and sends them from a 50 ms ticker, and its tracker only
+//     forgets a message once acked. Instead paho's automatic ack is left on
+//     and ignored by v5Session.Ack when Options.ManualAck is set;
+//     Message.Ack writes the PUBACK/PUBREC at once, in the order the engine
+//     calls it (receive order), through the same session state.
+//   - Publishes. paho.golang's Publish blocks its caller while the server's
+//     Receive Maximum is used up and offers no completion for an async
+//     send. v5Conn queues publications in call order; one goroutine per
+//     connection takes a Receive Maximum slot and a packet ID from the
+//     session state and writes the packet; the PUBACK/PUBCOMP (or the loss
+//     of the connection) completes the Token. PublishAsync never blocks.
+//   - Server limits (Maximum QoS, Retain Available, Maximum Packet Size)
+//     refuse a publication before anything is sent (ErrExceedsServerLimits).
+
+// ErrExceedsServerLimits wraps the refusal of a publication the server's
+// CONNACK does not allow (QoS above Maximum QoS, retain while Retain
+// Available is 0, a packet above Maximum Packet Size). Nothing was sent.
+var ErrExceedsServerLimits = errors.New("mqtt: publication exceeds the server's limits")
+
+// v5Conn is one MQTT 5 connection: one paho.golang client on one network
+// connection, with its own session state (never reused, like the client).
+type v5Conn struct {
+	link
+	cli     *paho.Client
+	session *v5Session
+	net     net.Conn // what paho writes to; packets lock it per packet
+	pinger  *paho.DefaultPinger
+	limits  ServerLimits
+	log     logger
+
+	mu    sync.Mutex
+	queue []*v5Token    // publications not yet written, in call order
+	wake  chan struct{} // capacity 1: the queue has something
+}
+
+var _ Conn = (*v5Conn)(nil)
+
+// logger is the part of *service.Logger this file uses; nil-safe wrappers
+// below keep call sites short.
+type logger interface {
+	Warnf(format string, v ...any)
+	Debugf(format string, v ...any)
+}
+
+func (c *v5Conn) warnf(format string, v ...any) {
+	if c.log != nil {
+		c.log.Warnf(format, v...)
+	}
+}
+
+func (c *v5Conn) debugf(format string, v ...any) {
+	if c.log != nil {
+		c.log.Debugf(format, v...)
+	}
+}
+
+// Limits are what the server's CONNACK allows.
+func (c *v5Conn) Limits() ServerLimits { return c.limits }
+
+// Publish sends one message and waits, bounded by ctx, for its completion.
+func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
+	if !c.Alive() {
+		return ErrNotConnected
+	}
+	return c.wait(ctx, c.PublishAsync(p))
+}
+
+// PublishAsync checks p against the server's limits and queues it; it
+// never blocks. The Token completes with the PUBACK (QoS 1), the PUBCOMP
+// (QoS 2) or the write (QoS 0), or fails when the connection is lost.
+// A PUBACK or PUBREC reason code of 0x80 or more is a *ReasonCodeError,
+// and so is 0x10 (no matching subscribers) with p.RequireSubscribers.
+func (c *v5Conn) PublishAsync(p Publication) Token {
+	if !c.Alive() {
+		return failedToken{ErrNotConnected}
+	}
+	pb, err := c.packet(p)
+	if err != nil {
+		return failedToken{err}
+	}
+	t := &v5Token{done: make(chan struct{}), pb: pb, requireSubs: p.RequireSubscribers}
+	c.mu.Lock()
+	c.queue = append(c.queue, t)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return t
+}
+
+// packet builds the PUBLISH for p and refuses what the server disallows.
+func (c *v5Conn) packet(p Publication) (*packets.Publish, error) {
+	if p.QoS > 2 {
+		return nil, fmt.Errorf("mqtt: QoS %d does not exist (0, 1 or 2)", p.QoS)
+	}
+	if p.QoS > c.limits.MaximumQoS {
+		return nil, fmt.Errorf("%w: QoS %d on topic %q, but the server's Maximum QoS is %d; publish with a lower qos", ErrExceedsServerLimits, p.QoS, p.Topic, c.limits.MaximumQoS)
+	}
+	if p.Retained && !c.limits.RetainAvailable {
+		return nil, fmt.Errorf("%w: a retained message on topic %q, but the server does not support retained messages (Retain Available 0); publish with retained false", ErrExceedsServerLimits, p.Topic)
+	}
+	pb := &packets.Publish{
+		Topic:      p.Topic,
+		QoS:        p.QoS,
+		Retain:     p.Retained,
+		Payload:    p.Payload,
+		Properties: packetProperties(p.Props),
+	}
+	if max := c.limits.MaximumPacketSize; max > 0 {
+		if size := packetSize(pb); size > int(max) {
+			return nil, fmt.Errorf("%w: the PUBLISH on topic %q is %d bytes, but the server's Maximum Packet Size is %d", ErrExceedsServerLimits, p.Topic, size, max)
+		}
+	}
+	return pb, nil
+}
+
+// packetSize is the size of pb on the wire: fixed header byte, remaining
+// length (a variable byte integer) and the rest. A QoS > 0 packet already
+// holds its 2-byte packet ID (still 0) in Buffers.
+func packetSize(pb *packets.Publish) int {
+	rest := 0
+	for _, b := range pb.Buffers() {
+		rest += len(b)
+	}
+	vbi := 1
+	for n := rest; n > 127; n >>= 7 {
+		vbi++
+	}
+	return 1 + vbi + rest
+}
+
+// packetProperties converts Properties to the packet's; never nil.
+func packetProperties(p *Properties) *packets.Properties {
+	out := &packets.Properties{}
+	if p == nil {
+		return out
+	}
+	for _, u := range p.User {
+		out.User = append(out.User, packets.User{Key: u.Key, Value: u.Value})
+	}
+	out.ContentType = p.ContentType
+	out.ResponseTopic = p.ResponseTopic
+	out.CorrelationData = p.CorrelationData
+	if p.MessageExpiry > 0 {
+		// Whole seconds on the wire, rounded up: a positive expiry must not
+		// become 0, which means "never expires".
+		secs := min((p.MessageExpiry+time.Second-1)/time.Second, math.MaxUint32)
+		v := uint32(secs)
+		out.MessageExpiry = &v
+	}
+	return out
+}
+
+// messageProperties converts received PUBLISH properties to Properties.
+func messageProperties(p *paho.PublishProperties) *Properties {
+	out := &Properties{}
+	if p == nil {
+		return out
+	}
+	for _, u := range p.User {
+		out.User = append(out.User, UserProperty{Key: u.Key, Value: u.Value})
+	}
+	out.ContentType = p.ContentType
+	out.ResponseTopic = p.ResponseTopic
+	out.CorrelationData = p.CorrelationData
+	if p.MessageExpiry != nil {
+		out.MessageExpiry = time.Duration(*p.MessageExpiry) * time.Second
+	}
+	return out
+}
+
+// sendLoop writes the queued publications in order until the connection is
+// lost, then fails what is left. A QoS 1/2 publication first waits for a
+// Receive Maximum slot (AddToSession), so a full window holds the queue,
+// not the callers of PublishAsync.
+func (c *v5Conn) sendLoop() {
+	defer c.failQueued()
+	for {
+		c.mu.Lock()
+		var t *v5Token
+		if len(c.queue) > 0 {
+			t = c.queue[0]
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
+		}
+		c.mu.Unlock()
+		if t == nil {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.Lost():
+				return
+			}
+		}
+		if !c.send(t) {
+			return
+		}
+	}
+}
+
+// send writes one publication; false when the connection is gone.
+func (c *v5Conn) send(t *v5Token) bool {
+	if t.pb.QoS == 0 {
+		err := c.write(t.pb)
+		t.complete(err)
+		return err == nil
+	}
+	ret := make(chan packets.ControlPacket, 1)
+	if err := c.session.AddToSession(c.ctx, t.pb, ret); err != nil {
+		if !c.Alive() {
+			err = ErrNotConnected
+		}
+		t.complete(fmt.Errorf("mqtt: publish to %q: %w", t.pb.Topic, err))
+		return c.Alive()
+	}
+	go c.await(t, ret)
+	return c.write(t.pb) == nil
+}
+
+// write sends one packet. A failed write loses the connection: paho's
+// reader sees the broken socket too, but the Conn must not wait for it.
+func (c *v5Conn) write(pb *packets.Publish) error {
+	if _, err := pb.WriteTo(c.net); err != nil {
+		c.debugf("MQTT write failed: %v", err)
+		c.markLost()
+		return ErrNotConnected
+	}
+	c.pinger.PacketSent()
+	return nil
+}
+
+// await completes t with the server's answer, or fails it when the
+// connection is lost first (the session state of a lost connection never
+// answers).
+func (c *v5Conn) await(t *v5Token, ret <-chan packets.ControlPacket) {
+	select {
+	case resp := <-ret:
+		t.complete(c.session.result(t, resp))
+	case <-c.Lost():
+		t.complete(ErrNotConnected)
+	}
+}
+
+func (c *v5Conn) failQueued() {
+	c.mu.Lock()
+	q := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	for _, t := range q {
+		t.complete(ErrNotConnected)
+	}
+}
+
+// v5Token is a queued or in-flight publication.
+type v5Token struct {
+	done        chan struct{}
+	err         error
+	pb          *packets.Publish
+	requireSubs bool
+}
+
+func (t *v5Token) Done() <-chan struct{} { return t.done }
+
+// Error is the publication's outcome; call it after Done is closed.
+func (t *v5Token) Error() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+func (t *v5Token) complete(err error) {
+	t.err = err
+	close(t.done)
+}
+
+// Subscribe subscribes to filters and waits, bounded by ctx and the
+// connection, for the SUBACK. A refused filter is a *ReasonCodeError
+// naming it.
+func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
+	if len(filters) == 0 {
+		return nil
+	}
+	names := keys(filters)
+	slices.Sort(names)
+	sub := &paho.Subscribe{}
+	for _, f := range names {
+		sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: filters[f]})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	sa, err := c.cli.Subscribe(ctx, sub)
+	if sa != nil {
+		for i, code := range sa.Reasons {
+			if code >= 0x80 && i < len(names) {
+				e := &ReasonCodeError{Packet: "SUBACK", Code: code, Filter: names[i]}
+				if sa.Properties != nil {
+					e.Reason = sa.Properties.ReasonString
+				}
+				if e.Reason == "" {
+					e.Reason = (&packets.Suback{Reasons: sa.Reasons}).Reason(i)
+				}
+				return fmt.Errorf("subscribe: the broker refused a filter (check its ACLs and the filter syntax): %w", e)
+			}
+		}
+	}
+	if err != nil {
+		if !c.Alive() {
+			err = ErrNotConnected
+		}
+		return fmt.Errorf("subscribe %v: %w", names, err)
+	}
+	return nil
+}
+
+// disconnect sends DISCONNECT (reason 0: the session is kept for its
+// expiry interval) and closes the connection. Acks were written when
+// Message.Ack was called, so there is nothing to flush; the write
+// deadline bounds a peer that stopped reading.
+func (c *v5Conn) disconnect(bool) {
+	_ = c.net.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.cli.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	c.markLost()
+}
+
+// v5Session is paho.golang's in-memory session state for one connection,
+// with what the engines need on top: inbound PUBRELs are reported
+// (OnPubrel), paho's automatic ack is ignored under manual ack, and a
+// PUBREC's 0x10 is remembered for the QoS 2 publish it answers.
+type v5Session struct {
+	*state.State
+	manual   bool
+	onPubrel func(id uint16)
+
+	mu     sync.Mutex
+	noSubs map[uint16]bool // QoS 2 packet IDs whose PUBREC said 0x10
+}
+
+// PacketReceived runs on paho's network reader for every packet with a
+// packet ID.
+func (s *v5Session) PacketReceived(p *packets.ControlPacket, pubs chan<- *packets.Publish) error {
+	switch r := p.Content.(type) {
+	case *packets.Pubrel:
+		if s.onPubrel != nil {
+			s.onPubrel(r.PacketID)
+		}
+	case *packets.Pubrec:
+		if r.ReasonCode == ReasonNoMatchingSubscribers {
+			s.mu.Lock()
+			s.noSubs[r.PacketID] = true
+			s.mu.Unlock()
+		}
+	}
+	return s.State.PacketReceived(p, pubs)
+}
+
+// Ack is paho's acknowledgement after the handlers ran; under manual ack
+// Message.Ack sends it instead (ackNow).
+func (s *v5Session) Ack(pb *packets.Publish) error {
+	if s.manual {
+		return nil
+	}
+	return s.State.Ack(pb)
+}
+
+// ackNow sends the PUBACK (QoS 1) or PUBREC (QoS 2) for a received PUBLISH.
+// The state writes nothing once its connection is lost.
+func (s *v5Session) ackNow(qos byte, id uint16) {
+	if qos == 0 {
+		return
+	}
+	_ = s.State.Ack(&packets.Publish{QoS: qos, PacketID: id})
+}
+
+// result turns the final answer to a QoS 1/2 publish into its outcome.
+func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
+	var code byte
+	var props *packets.Properties
+	var name string
+	switch r := resp.Content.(type) {
+	case *packets.Puback:
+		code, props, name = r.ReasonCode, r.Properties, "PUBACK"
+	case *packets.Pubrec: // only a failing PUBREC ends a QoS 2 publish
+		code, props, name = r.ReasonCode, r.Properties, "PUBREC"
+	case *packets.Pubcomp:
+		code, props, name = r.ReasonCode, r.Properties, "PUBCOMP"
+		s.mu.Lock()
+		if s.noSubs[t.pb.PacketID] {
+			code = ReasonNoMatchingSubscribers
+			name = "PUBREC"
+		}
+		delete(s.noSubs, t.pb.PacketID)
+		s.mu.Unlock()
+	default: // the state's zero packet: dropped from the session
+		return ErrNotConnected
+	}
+	if code < 0x80 && !(code == ReasonNoMatchingSubscribers && t.requireSubs) {
+		return nil
+	}
+	e := &ReasonCodeError{Packet: name, Code: code}
+	if props != nil {
+		e.Reason = props.ReasonString
+	}
+	if e.Reason == "" {
+		e.Reason = reasonName(code)
+	}
+	return fmt.Errorf("mqtt: publish to %q: %w", t.pb.Topic, e)
+}
+
+// reasonName is the protocol's name for a PUBACK/PUBREC reason code, for
+// a server that sends no reason string.
+func reasonName(code byte) string {
+	return (&packets.Puback{ReasonCode: code}).Reason()
+}
+
+// v5Message is a received MQTT 5 PUBLISH.
+type v5Message struct {
+	conn  *v5Conn
+	p     *paho.Publish
+	props *Properties
+}
+
+func (m *v5Message) Topic() string           { return m.p.Topic }
+func (m *v5Message) Qos() byte               { return m.p.QoS }
+func (m *v5Message) MessageID() uint16       { return m.p.PacketID }
+func (m *v5Message) Duplicate() bool         { return m.p.Duplicate() }
+func (m *v5Message) Retained() bool          { return m.p.Retain }
+func (m *v5Message) Payload() []byte         { return m.p.Payload }
+func (m *v5Message) Properties() *Properties { return m.props }
+
+// Ack sends the PUBACK/PUBREC now under Options.ManualAck (paho already
+// acknowledged it otherwise). An ack for a message of a lost connection
+// goes nowhere: the connection's session state has no socket any more,
+// and a new connection has a new state.
+func (m *v5Message) Ack() {
+	if !m.conn.session.manual || !m.conn.Alive() {
+		return
+	}
+	m.conn.session.ackNow(m.p.QoS, m.p.PacketID)
+}
+
+// dialV5 makes one MQTT 5 connection attempt: each URL in order, each with
+// its own connect_timeout (a node that accepts TCP and never answers must
+// not use up the attempt).
+func (c *Client) dialV5(gen uint64, closing <-chan struct{}) (conn, error) {
+	var errs []error
+	for _, u := range c.brokerURLs {
+		conn, err := c.tryV5(gen, u, closing)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-closing:
+			return nil, ErrClosed
+		default:
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", u, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+// tryV5 dials raw and sends CONNECT, bounded by connect_timeout.
+func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	nc, err := dialURL(ctx, raw, c.cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	conn := &v5Conn{
+		link:   newLink(gen),
+		net:    packets.NewThreadSafeConn(nc),
+		pinger: paho.NewDefaultPinger(),
+		wake:   make(chan struct{}, 1),
+	}
+	if c.log != nil {
+		conn.log = c.log
+	}
+	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{}}
+	if c.h.OnPubrel != nil {
+		conn.session.onPubrel = func(id uint16) { c.h.OnPubrel(conn, id) }
+	}
+	cc := paho.ClientConfig{
+		ClientID:    c.cfg.ClientID,
+		Conn:        conn.net,
+		Session:     conn.session,
+		PingHandler: conn.pinger,
+		// Bounds CONNECT and SUBSCRIBE only (publishes bypass paho's
+		// Publish); both also have their own contexts.
+		PacketTimeout: c.cfg.ConnectTimeout,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(r paho.PublishReceived) (bool, error) {
+				if c.h.OnMessage != nil {
+					c.h.OnMessage(conn, &v5Message{conn: conn, p: r.Packet, props: messageProperties(r.Packet.Properties)})
+				}
+				return true, nil
+			},
+		},
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			reason := ""
+			if d.Properties != nil {
+				reason = d.Properties.ReasonString
+			}
+			if reason == "" {
+				reason = (&packets.Disconnect{ReasonCode: d.ReasonCode}).Reason()
+			}
+			conn.warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
+			conn.markLost()
+		},
+		OnClientError: func(err error) {
+			conn.debugf("MQTT connection lost: %v", err)
+			conn.markLost()
+		},
+	}
+	conn.cli = paho.NewClient(cc)
+
+	ca, err := conn.cli.Connect(ctx, c.connectPacket())
+	if err != nil {
+		_ = nc.Close()
+		if ca != nil && ca.ReasonCode >= 0x80 {
+			e := &ReasonCodeError{Packet: "CONNACK", Code: ca.ReasonCode}
+			if ca.Properties != nil {
+				e.Reason = ca.Properties.ReasonString
+			}
+			if e.Reason == "" {
+				e.Reason = (&packets.Connack{ReasonCode: ca.ReasonCode}).Reason()
+			}
+			return nil, e
+		}
+		if ctx.Err() != nil && err == ctx.Err() {
+			return nil, fmt.Errorf("no CONNACK within connect_timeout %s", c.cfg.ConnectTimeout)
+		}
+		return nil, err
+	}
+	conn.sessionPresent = ca.SessionPresent
+	conn.limits = serverLimits(ca)
+	// paho's client ends with the network connection; so does the Conn.
+	go func() {
+		select {
+		case <-conn.cli.Done():
+			conn.markLost()
+		case <-conn.Lost():
+		}
+	}()
+	go conn.sendLoop()
+	return conn, nil
+}
+
+// connectPacket is the CONNECT of every attempt.
+func (c *Client) connectPacket() *paho.Connect {
+	cp := &paho.Connect{
+		ClientID:     c.cfg.ClientID,
+		CleanStart:   c.cfg.CleanSession,
+		KeepAlive:    uint16(min(c.cfg.KeepAlive/time.Second, math.MaxUint16)),
+		Username:     c.cfg.User,
+		UsernameFlag: c.cfg.User != "",
+		Password:     []byte(c.cfg.Password),
+		PasswordFlag: c.cfg.Password != "",
+		Properties:   &paho.ConnectProperties{RequestProblemInfo: true},
+	}
+	if expiry := c.cfg.sessionExpiry(); expiry > 0 {
+		cp.Properties.SessionExpiryInterval = &expiry
+	}
+	if c.cfg.ReceiveMaximum > 0 {
+		rm := c.cfg.ReceiveMaximum
+		cp.Properties.ReceiveMaximum = &rm
+	}
+	if w := c.cfg.Will; w != nil {
+		cp.WillMessage = &paho.WillMessage{Topic: w.Topic, Payload: w.Payload, QoS: w.QoS, Retain: w.Retained}
+	}
+	return cp
+}
+
+// serverLimits reads the CONNACK's limits, with the protocol's defaults
+// for what it leaves out.
+func serverLimits(ca *paho.Connack) ServerLimits {
+	l := NoLimits
+	p := ca.Properties
+	if p == nil {
+		return l
+	}
+	if p.ReceiveMaximum != nil {
+		l.ReceiveMaximum = *p.ReceiveMaximum
+	}
+	if p.MaximumQoS != nil {
+		l.MaximumQoS = *p.MaximumQoS
+	}
+	if p.MaximumPacketSize != nil {
+		l.MaximumPacketSize = *p.MaximumPacketSize
+	}
+	l.RetainAvailable = p.RetainAvailable
+	return l
+}
+
+// dialURL opens the network connection for one broker URL: tcp:// (also
+// mqtt://) or ssl:// (also tls://, mqtts://) with tlsConf.
+func dialURL(ctx context.Context, raw string, tlsConf *tls.Config) (net.Conn, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt":
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", hostPort(u, "1883"))
+	case "ssl", "tls", "mqtts":
+		if tlsConf == nil {
+			tlsConf = &tls.Config{}
+		}
+		d := tls.Dialer{Config: tlsConf}
+		return d.DialContext(ctx, "tcp", hostPort(u, "8883"))
+	default:
+		return nil, fmt.Errorf("scheme %q is not supported with protocol_version 5; use tcp:// or ssl://", u.Scheme)
+	}
+}
+
+func hostPort(u *url.URL, port string) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
