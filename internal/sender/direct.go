@@ -117,17 +117,9 @@ func (d *Direct) Send(ctx context.Context, rec Message) error {
 		acked = d.expect(rec.EventID)
 		defer d.forget(rec.EventID, acked)
 	}
-	lim := conn.Limits()
-	if err := checkLimits(lim, rec.Retain); err != nil {
-		return fmt.Errorf("event %s: %w", rec.EventID, err)
-	}
-	pub, err := publication(rec, d.s, lim)
-	if err != nil {
-		return fmt.Errorf("event %s: %w", rec.EventID, err)
-	}
 	start := time.Now()
 	d.m.OnPublished()
-	if err := conn.Publish(pubCtx, pub); err != nil {
+	if err := conn.Publish(pubCtx, publication(rec, d.s)); err != nil {
 		d.m.OnRetried()
 		var rc *mqttclient.ReasonCodeError
 		if errors.As(err, &rc) {

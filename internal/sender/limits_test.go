@@ -56,26 +56,10 @@ func TestUnreadTokensSkipFlightsConfirmedFirst(t *testing.T) {
 	}
 }
 
-func TestCheckLimitsRefusesWhatCannotBePublished(t *testing.T) {
-	if err := checkLimits(mqttclient.NoLimits, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := checkLimits(mqttclient.ServerLimits{ReceiveMaximum: 10, MaximumQoS: 0, RetainAvailable: true}, false); err == nil || !strings.Contains(err.Error(), "Maximum QoS 0") {
-		t.Fatalf("QoS 0 server: %v", err)
-	}
-	noRetain := mqttclient.ServerLimits{ReceiveMaximum: 10, MaximumQoS: 1}
-	if err := checkLimits(noRetain, false); err != nil {
-		t.Fatalf("retain unavailable, not retaining: %v", err)
-	}
-	if err := checkLimits(noRetain, true); err == nil || !strings.Contains(err.Error(), "Retain Available 0") {
-		t.Fatalf("retain unavailable, retaining: %v", err)
-	}
-}
-
-func TestRecordPublicationCarriesStoredPropertiesAndHonoursMaximumPacketSize(t *testing.T) {
+func TestRecordPublicationCarriesStoredProperties(t *testing.T) {
 	props := properties.Stamp(&mqttclient.Properties{ContentType: "application/octet-stream"}, "ev-1", "dest/topic")
 	rec := outbox.Record{EventID: "ev-1", Topic: properties.StoreTopic("data", props), Payload: []byte{0xff, 0, 1}}
-	pub, err := recordPublication(rec, Config{RequireSubscribers: true}, mqttclient.NoLimits)
+	pub, err := recordPublication(rec, Config{RequireSubscribers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,20 +69,11 @@ func TestRecordPublicationCarriesStoredPropertiesAndHonoursMaximumPacketSize(t *
 	if v, _ := pub.Props.Get("event_id"); v != "ev-1" || pub.Props.ContentType != "application/octet-stream" {
 		t.Fatalf("properties %+v", pub.Props)
 	}
-	plain, err := recordPublication(outbox.Record{EventID: "e", Topic: "t", Payload: []byte("x")}, Config{}, mqttclient.NoLimits)
+	plain, err := recordPublication(outbox.Record{EventID: "e", Topic: "t", Payload: []byte("x")}, Config{})
 	if err != nil || plain.Props != nil {
 		t.Fatalf("a record without properties: %+v, %v", plain, err)
 	}
 
-	lim := mqttclient.NoLimits
-	lim.MaximumPacketSize = uint32(packetSizeBound(pub)) - 1
-	if _, err := recordPublication(rec, Config{}, lim); err == nil || !strings.Contains(err.Error(), "Maximum Packet Size") {
-		t.Fatalf("a record over the Maximum Packet Size: %v", err)
-	}
-	lim.MaximumPacketSize = uint32(packetSizeBound(pub))
-	if _, err := recordPublication(rec, Config{}, lim); err != nil {
-		t.Fatalf("a record at the bound: %v", err)
-	}
 }
 
 func TestPublishFailedCountsReasonCodes(t *testing.T) {

@@ -137,11 +137,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 	if sd.s.EndToEnd {
 		wait, what = sd.s.AckTimeout, "ACK on "+sd.s.AckTopic
 	}
-	lim := conn.Limits()
-	if err := checkLimits(lim, sd.s.Retained); err != nil {
-		return false, err
-	}
-	w := newWindow(windowSize(sd.s.Window, lim), wait)
+	w := newWindow(windowSize(sd.s.Window, conn.Limits()), wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
@@ -153,7 +149,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
-		pub, err := recordPublication(r, sd.s, lim)
+		pub, err := recordPublication(r, sd.s)
 		if err != nil {
 			return failedToken{fmt.Errorf("event %s (outbox seq %d): %w", r.EventID, r.Seq, err)}
 		}
