@@ -344,14 +344,26 @@ func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 }
 
 // disconnect sends DISCONNECT (reason 0: the session is kept for its
-// expiry interval) and closes the connection. Acks were written when
-// Message.Ack was called, so there is nothing to flush; the write
-// deadline bounds a peer that stopped reading.
+// expiry interval) and waits, at most disconnectWait, for the broker to
+// close the connection: the broker then has handled every ack written
+// before it (Message.Ack writes at once, so nothing else needs flushing).
+// Closing first could let a reconnect reach the broker before the acks,
+// and a session takeover discards what the old connection had not read.
 func (c *v5Conn) disconnect(bool) {
-	_ = c.net.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = c.cli.Disconnect(&paho.Disconnect{ReasonCode: 0})
 	c.markLost()
+	_ = c.net.SetWriteDeadline(time.Now().Add(disconnectWait))
+	if _, err := (&packets.Disconnect{Properties: &packets.Properties{}}).WriteTo(c.net); err == nil {
+		select {
+		case <-c.cli.Done():
+		case <-time.After(disconnectWait):
+		}
+	}
+	_ = c.net.Close()
+	<-c.cli.Done() // paho's workers end with the network connection
 }
+
+// disconnectWait bounds each step of disconnect.
+const disconnectWait = time.Second
 
 // v5Session is paho.golang's in-memory session state for one connection,
 // with what the engines need on top: inbound PUBRELs are reported

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,5 +172,288 @@ func TestV5PropertiesOnA311ConnAreRefused(t *testing.T) {
 	}
 	if conn.Limits() != mqttclient.NoLimits {
 		t.Fatalf("3.1.1 limits %+v, want NoLimits", conn.Limits())
+	}
+}
+
+// TestV5ManualAckConsumerHoldsMoreThanMosquittosInflightDefault: with a
+// default-configured mosquitto (max_inflight_messages 20) a 3.1.1
+// manual-ack consumer holds 20 unacknowledged messages; an MQTT 5 consumer
+// with Receive Maximum 100 holds 60. Acks sent afterwards are not
+// redelivered on the next connection.
+func TestV5ManualAckConsumerHoldsMoreThanMosquittosInflightDefault(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	const n = 60
+
+	v3 := newInbox()
+	v3cfg := config(m.URL())
+	v3cfg.ClientID = "v3-held"
+	waitReady(t, startV5(t, v3cfg, map[string]byte{"held": 1}, v3, mqttclient.Options{ManualAck: true}))
+
+	got := newInbox()
+	cfg := v5config("v5-held", m.URL())
+	cfg.ReceiveMaximum = 100
+	sub := startV5(t, cfg, map[string]byte{"held": 1}, got, mqttclient.Options{ManualAck: true})
+	waitReady(t, sub)
+
+	pub := waitReady(t, startV5(t, v5config("v5-held-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	for i := 0; i < n; i++ {
+		publish(t, pub, mqttclient.Publication{Topic: "held", QoS: 1, Payload: []byte{byte(i)}})
+	}
+	msgs := got.waitFor(t, n, 10*time.Second)
+	if held := len(v3.waitFor(t, 20, 10*time.Second)); held != 20 {
+		t.Fatalf("the 3.1.1 consumer holds %d unacknowledged messages, want mosquitto's default 20", held)
+	}
+	if extra := v3.quiet(300 * time.Millisecond); len(extra) != 20 {
+		t.Fatalf("the 3.1.1 consumer got %d unacknowledged messages, want mosquitto's default 20", len(extra))
+	}
+	for i, msg := range msgs {
+		if msg.Payload()[0] != byte(i) {
+			t.Fatalf("message %d has payload %d: out of order", i, msg.Payload()[0])
+		}
+		msg.Ack()
+	}
+	closeClient(t, sub)
+
+	again := newInbox()
+	conn := waitReady(t, startV5(t, cfg, map[string]byte{"held": 1}, again, mqttclient.Options{ManualAck: true}))
+	if !conn.SessionPresent() {
+		t.Fatal("the persistent v5 session was not present on reconnect")
+	}
+	if redelivered := again.quiet(500 * time.Millisecond); len(redelivered) != 0 {
+		t.Fatalf("%d acknowledged messages were redelivered", len(redelivered))
+	}
+}
+
+// Unacknowledged messages come back on the next connection of a
+// persistent session; an ack made on a lost connection is not sent on the
+// next one (the redelivery must still come).
+func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	got := newInbox()
+	cfg := v5config("v5-redeliver", proxy.URL())
+	sub := startV5(t, cfg, map[string]byte{"r": 1}, got, mqttclient.Options{ManualAck: true})
+	first := waitReady(t, sub)
+	pub := waitReady(t, startV5(t, v5config("v5-redeliver-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	publish(t, pub, mqttclient.Publication{Topic: "r", QoS: 1, Payload: []byte("once")})
+	stale := got.waitFor(t, 1, 10*time.Second)[0]
+
+	proxy.Cut()
+	select {
+	case <-first.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection was not lost after the cut")
+	}
+	proxy.Restore()
+	second := waitReady(t, sub)
+	if !second.SessionPresent() {
+		t.Fatal("session not present after reconnect")
+	}
+	redelivered := got.waitFor(t, 2, 10*time.Second)[1]
+	if string(redelivered.Payload()) != "once" || !redelivered.Duplicate() {
+		t.Fatalf("redelivery: payload %q dup %v, want \"once\" with DUP", redelivered.Payload(), redelivered.Duplicate())
+	}
+	stale.Ack() // belongs to the lost connection: must not ack the redelivery
+	closeClient(t, sub)
+
+	again := newInbox()
+	third := waitReady(t, startV5(t, cfg, map[string]byte{"r": 1}, again, mqttclient.Options{ManualAck: true}))
+	if !third.SessionPresent() {
+		t.Fatal("session not present on the third connection")
+	}
+	if msg := again.waitFor(t, 1, 10*time.Second)[0]; string(msg.Payload()) != "once" {
+		t.Fatalf("third connection got %q", msg.Payload())
+	}
+}
+
+// A session with a 1 s expiry interval is gone after 2 s offline: no
+// session present, nothing queued comes.
+func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	cfg := v5config("v5-expiry", m.URL())
+	cfg.SessionExpiry = time.Second
+	sub := startV5(t, cfg, map[string]byte{"e": 1}, newInbox(), mqttclient.Options{ManualAck: true})
+	waitReady(t, sub)
+	closeClient(t, sub)
+	pub := waitReady(t, startV5(t, v5config("v5-expiry-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	publish(t, pub, mqttclient.Publication{Topic: "e", QoS: 1, Payload: []byte("queued")})
+	time.Sleep(2 * time.Second)
+
+	got := newInbox()
+	c, err := mqttclient.Start(cfg, mqttclient.Handlers{OnMessage: got.add}, mqttclient.Options{ManualAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient(t, c)
+	if conn := waitReady(t, c); conn.SessionPresent() {
+		t.Fatal("the session outlived its 1 s expiry interval")
+	}
+	if msgs := got.quiet(500 * time.Millisecond); len(msgs) != 0 {
+		t.Fatalf("%d messages of the expired session arrived", len(msgs))
+	}
+
+	// The control: the same steps with the default (never) keep it.
+	keep := v5config("v5-keep", m.URL())
+	k := startV5(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
+	waitReady(t, k)
+	closeClient(t, k)
+	publish(t, pub, mqttclient.Publication{Topic: "e", QoS: 1, Payload: []byte("kept")})
+	time.Sleep(2 * time.Second)
+	kept := newInbox()
+	if conn := waitReady(t, startV5(t, keep, nil, kept, mqttclient.Options{})); !conn.SessionPresent() {
+		t.Fatal("a never-expiring session was gone after 2 s")
+	}
+	if msg := kept.waitFor(t, 1, 10*time.Second)[0]; string(msg.Payload()) != "kept" {
+		t.Fatalf("kept session delivered %q", msg.Payload())
+	}
+}
+
+// aclMosquitto starts mosquitto with an ACL for anonymous clients: open/#
+// read and write, read/# read only, nothing else.
+func aclMosquitto(t *testing.T, extra string) *harness.Mosquitto {
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("topic readwrite open/#\ntopic read read/#\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "acl_file " + acl + "\n" + extra})
+}
+
+func TestV5PubackReasonCodes(t *testing.T) {
+	m := aclMosquitto(t, "")
+	conn := waitReady(t, startV5(t, v5config("v5-puback", m.URL()), nil, nil, mqttclient.Options{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// Nobody subscribes to open/none: mosquitto answers 0x10.
+	if err := conn.Publish(ctx, mqttclient.Publication{Topic: "open/none", QoS: 1, Payload: []byte("x")}); err != nil {
+		t.Fatalf("0x10 without RequireSubscribers: %v, want success", err)
+	}
+	// Mosquitto 2.0.11 says 0x10 in the PUBACK of QoS 1 only (its QoS 2
+	// PUBREC is always 0x00: subscribers are matched at PUBREL).
+	err := conn.Publish(ctx, mqttclient.Publication{Topic: "open/none", QoS: 1, Payload: []byte("x"), RequireSubscribers: true})
+	var rc *mqttclient.ReasonCodeError
+	if !errors.As(err, &rc) || rc.Code != mqttclient.ReasonNoMatchingSubscribers || rc.Packet != "PUBACK" {
+		t.Fatalf("RequireSubscribers and no subscriber: %v, want a PUBACK ReasonCodeError 0x10", err)
+	}
+
+	// With a subscriber, RequireSubscribers succeeds.
+	waitReady(t, startV5(t, v5config("v5-puback-sub", m.URL()), map[string]byte{"open/some": 1}, newInbox(), mqttclient.Options{}))
+	if err := conn.Publish(ctx, mqttclient.Publication{Topic: "open/some", QoS: 1, Payload: []byte("x"), RequireSubscribers: true}); err != nil {
+		t.Fatalf("RequireSubscribers with a subscriber: %v", err)
+	}
+
+	// The ACL denies writing to read/x: 0x87 Not authorized.
+	err = conn.Publish(ctx, mqttclient.Publication{Topic: "read/x", QoS: 1, Payload: []byte("x")})
+	if !errors.As(err, &rc) || rc.Code != 0x87 || rc.Packet != "PUBACK" || !strings.Contains(err.Error(), "0x87") {
+		t.Fatalf("publish denied by the ACL: %v, want PUBACK reason code 0x87", err)
+	}
+	if !conn.Alive() {
+		t.Fatal("a refused publish lost the connection")
+	}
+}
+
+// The embedded broker's ACL (mochi) refuses a filter in the SUBACK and a
+// publish in the PUBACK (QoS 1) or PUBREC (QoS 2), all with 0x87.
+func TestV5EmbeddedACLRefusalsAreReasonCodeErrors(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	if out, err := exec.Command("mosquitto_passwd", "-b", "-c", users, "plant", "plant-pw").CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto_passwd (part of Debian's mosquitto package): %v\n%s", err, out)
+	}
+	acl := filepath.Join(dir, "acl.yaml")
+	if err := os.WriteFile(acl, []byte("plant:\n  write: [ open/# ]\n  read: [ open/#, read/# ]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	owner := startV5(t, v5config("v5-acl-owner", fmt.Sprintf("embedded://?dir=%s&listen=%s&users=%s&acl=%s", filepath.Join(dir, "broker"), addr, users, acl)), nil, nil, mqttclient.Options{})
+	waitReady(t, owner)
+
+	cfg := v5config("v5-acl", "tcp://"+addr)
+	cfg.User, cfg.Password = "plant", "plant-pw"
+	conn := waitReady(t, startV5(t, cfg, nil, nil, mqttclient.Options{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	err := conn.Subscribe(ctx, map[string]byte{"open/a": 1, "secret/b": 1})
+	var rc *mqttclient.ReasonCodeError
+	if !errors.As(err, &rc) || rc.Packet != "SUBACK" || rc.Filter != "secret/b" || rc.Code != 0x87 {
+		t.Fatalf("subscribe to a denied filter: %v, want a SUBACK ReasonCodeError 0x87 for secret/b", err)
+	}
+	if !strings.Contains(err.Error(), `"secret/b"`) || !strings.Contains(err.Error(), "0x87") {
+		t.Fatalf("error %q does not name the filter and the code", err)
+	}
+	if err := conn.Subscribe(ctx, map[string]byte{"open/a": 1, "read/b": 1}); err != nil {
+		t.Fatalf("allowed filters: %v", err)
+	}
+	for qos, packet := range map[byte]string{1: "PUBACK", 2: "PUBREC"} {
+		err := conn.Publish(ctx, mqttclient.Publication{Topic: "read/b", QoS: qos, Payload: []byte("x")})
+		if !errors.As(err, &rc) || rc.Packet != packet || rc.Code != 0x87 {
+			t.Fatalf("QoS %d publish denied by the ACL: %v, want a %s ReasonCodeError 0x87", qos, err, packet)
+		}
+	}
+	publish(t, conn, mqttclient.Publication{Topic: "open/a", QoS: 2, Payload: []byte("x")})
+}
+
+func TestV5SharedSubscriptionSplitsMessages(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	a, b := newInbox(), newInbox()
+	waitReady(t, startV5(t, v5config("v5-share-a", m.URL()), map[string]byte{"$share/g/s/#": 1}, a, mqttclient.Options{}))
+	waitReady(t, startV5(t, v5config("v5-share-b", m.URL()), map[string]byte{"$share/g/s/#": 1}, b, mqttclient.Options{}))
+	pub := waitReady(t, startV5(t, v5config("v5-share-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	const n = 40
+	for i := 0; i < n; i++ {
+		publish(t, pub, mqttclient.Publication{Topic: "s/x", QoS: 1, Payload: []byte{byte(i)}})
+	}
+	deadline := time.After(10 * time.Second)
+	for a.len()+b.len() < n {
+		select {
+		case <-a.more:
+		case <-b.more:
+		case <-deadline:
+			t.Fatalf("received %d + %d of %d", a.len(), b.len(), n)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	seen := map[byte]int{}
+	for _, msg := range append(a.all(), b.all()...) {
+		seen[msg.Payload()[0]]++
+	}
+	if len(seen) != n || a.len()+b.len() != n {
+		t.Fatalf("%d distinct of %d deliveries, want each of %d once", len(seen), a.len()+b.len(), n)
+	}
+	if a.len() == 0 || b.len() == 0 {
+		t.Fatalf("the group did not split: %d and %d", a.len(), b.len())
+	}
+}
+
+// The server's CONNACK limits refuse a publication before it is sent.
+func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{Extra: "max_packet_size 1000\nretain_available false\nmax_qos 1"})
+	got := newInbox()
+	waitReady(t, startV5(t, v5config("v5-limits-sub", m.URL()), map[string]byte{"l/#": 1}, got, mqttclient.Options{}))
+	conn := waitReady(t, startV5(t, v5config("v5-limits", m.URL()), nil, nil, mqttclient.Options{}))
+	want := mqttclient.ServerLimits{ReceiveMaximum: 20, MaximumPacketSize: 1000, MaximumQoS: 1, RetainAvailable: false}
+	if conn.Limits() != want {
+		t.Fatalf("limits %+v, want %+v", conn.Limits(), want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, p := range map[string]mqttclient.Publication{
+		"QoS above Maximum QoS":     {Topic: "l/q", QoS: 2, Payload: []byte("x")},
+		"retained":                  {Topic: "l/r", QoS: 1, Retained: true, Payload: []byte("x")},
+		"above Maximum Packet Size": {Topic: "l/s", QoS: 1, Payload: make([]byte, 1000)},
+	} {
+		if err := conn.Publish(ctx, p); !errors.Is(err, mqttclient.ErrExceedsServerLimits) {
+			t.Errorf("%s: %v, want ErrExceedsServerLimits", name, err)
+		}
+	}
+	// Mosquitto disconnects a client that sends any of these: the
+	// connection staying up shows nothing was sent.
+	if !conn.Alive() {
+		t.Fatal("the connection was lost: a refused publication reached the broker")
+	}
+	publish(t, conn, mqttclient.Publication{Topic: "l/ok", QoS: 1, Payload: make([]byte, 900)})
+	if msg := got.waitFor(t, 1, 10*time.Second)[0]; msg.Topic() != "l/ok" {
+		t.Fatalf("got %q: a refused publication was delivered", msg.Topic())
 	}
 }
