@@ -144,18 +144,28 @@ func TestV5AndV311InteroperateThroughReliomqEnvelopes(t *testing.T) {
 
 // TestV5RequireSubscribersKeepsTheRecordUntilSomeoneSubscribes: mosquitto
 // answers an MQTT 5 publish to a topic nobody subscribes to with PUBACK
-// 0x10. With require_subscribers: true the record stays in the outbox
-// (seen for 5 s: the stats lines say 1 pending, the log names 0x10, and
-// a subscriber that then arrives gets it), and once a subscriber exists
-// it is delivered and the outbox drains. Without it (the control) the
-// record is confirmed at once by the same PUBACK and lost to the late
-// subscriber.
+// 0x10. With require_subscribers: true the record stays in the outbox: for
+// 5 s the stats lines say 1 pending and the log names 0x10 on a few
+// resends, at most 20 (the retry backoff, not a hot loop); once a
+// subscriber exists it is delivered and the outbox drains. In direct mode
+// the write fails the same way, Benthos retries it, and it is delivered
+// once the subscriber exists. Without require_subscribers (the control)
+// the same PUBACK confirms the record at once and the late subscriber gets
+// nothing.
 func TestV5RequireSubscribersKeepsTheRecordUntilSomeoneSubscribes(t *testing.T) {
-	for _, require := range []bool{true, false} {
-		t.Run(fmt.Sprintf("require_subscribers=%v", require), func(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		require bool
+		outbox  string
+	}{
+		{"outbox", true, "outbox: { path: %q }"},
+		{"direct", true, "outbox: { enabled: false, path: %q }"},
+		{"control_without_require_subscribers", false, "outbox: { path: %q }"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-			path := filepath.Join(t.TempDir(), "outbox.db")
-			yaml := fmt.Sprintf(`http: { enabled: false }
+			yaml := fmt.Sprintf(`http:
+  enabled: false
 logger: { level: INFO }
 input:
   sequence:
@@ -168,17 +178,33 @@ output:
     protocol_version: "5"
     topic: v5/lonely
     require_subscribers: %v
-    outbox: { path: %q }
+    `+c.outbox+`
     stats_interval: 200ms
     retry_backoff: { initial_interval: 200ms, max_interval: 1s }
-`, m.URL(), require, path)
-			p := harness.RunPipeline(t, yaml, harness.ProcOptions{})
-			if require {
+`, m.URL(), c.require, filepath.Join(t.TempDir(), "outbox.db"))
+			addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
+			p := harness.RunPipeline(t, withPrometheus(t, yaml, addr), harness.ProcOptions{})
+			outboxOn := !strings.Contains(c.outbox, "enabled: false")
+			reasonCodes := func() float64 {
+				fams, err := harness.ScrapeMetrics("http://" + addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, _ := harness.MetricSum(fams, "reliable_mqtt_out_puback_reason_codes", map[string]string{"code": "0x10"})
+				return n
+			}
+			if c.require {
 				harness.Eventually(t, 30*time.Second, "a PUBACK 0x10 in the log", func() bool {
 					return strings.Contains(p.RunLog(), "PUBACK 0x10")
 				})
 				time.Sleep(5 * time.Second)
-				if !strings.Contains(lastStatsLine(p.RunLog()), "; 1 pending") {
+				if n := strings.Count(p.RunLog(), "PUBACK 0x10"); n < 2 || n > 20 {
+					t.Fatalf("%d refusals logged in about 5 s, want a few resends (2 to 20) along the retry backoff", n)
+				}
+				if n := reasonCodes(); n < 2 {
+					t.Fatalf("reliable_mqtt_out_puback_reason_codes{code=\"0x10\"} = %v, want every refusal counted", n)
+				}
+				if outboxOn && !strings.Contains(lastStatsLine(p.RunLog()), "; 1 pending") {
 					t.Fatalf("after 5 s without a subscriber the last stats line is %q, want 1 pending", lastStatsLine(p.RunLog()))
 				}
 			} else {
@@ -187,10 +213,13 @@ output:
 				})
 			}
 			sub := harness.Subscribe(t, m.URL(), "late-subscriber", true, "v5/lonely")
-			if !require {
+			if !c.require {
 				time.Sleep(3 * time.Second)
 				if sub.Count() != 0 {
 					t.Fatalf("without require_subscribers the late subscriber got %d messages, want 0 (mosquitto dropped the only copy)", sub.Count())
+				}
+				if n := reasonCodes(); n != 0 {
+					t.Fatalf("reliable_mqtt_out_puback_reason_codes{code=\"0x10\"} = %v without require_subscribers, want 0 (0x10 is a success then)", n)
 				}
 				return
 			}
@@ -200,9 +229,11 @@ output:
 			if got := string(sub.Messages()[0].Payload); got != "lonely" {
 				t.Fatalf("payload %q", got)
 			}
-			harness.Eventually(t, 30*time.Second, "the outbox to drain", func() bool {
-				return strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
-			})
+			if outboxOn {
+				harness.Eventually(t, 30*time.Second, "the outbox to drain", func() bool {
+					return strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
+				})
+			}
 		})
 	}
 }
