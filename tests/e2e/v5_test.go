@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -476,5 +478,79 @@ output:
 	}
 	if secs, err := strconv.Atoi(strings.TrimSuffix(expiry, "s")); err != nil || secs < 3500 || secs > 3600 {
 		t.Fatalf("mqtt_message_expiry %q, want the remaining part of 3600s", expiry)
+	}
+}
+
+// TestV5RefusedPublishKeepsTheRecordAndCountsTheReasonCode: the embedded
+// broker's ACL lets user "plant" write only open/#. A reliable_mqtt_out
+// (MQTT 5) publishing to secret/x gets PUBACK 0x87 (not authorized) for
+// it: the record stays in the outbox (still 1 pending after 5 s), every
+// refusal is logged with the code and counted in
+// reliable_mqtt_out_puback_reason_codes{code="0x87"}, and it is resent
+// along the retry backoff.
+func TestV5RefusedPublishKeepsTheRecordAndCountsTheReasonCode(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	if out, err := exec.Command("mosquitto_passwd", "-b", "-c", users, "plant", "plant-pw").CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto_passwd (part of Debian's mosquitto package): %v\n%s", err, out)
+	}
+	acl := filepath.Join(dir, "acl.yaml")
+	if err := os.WriteFile(acl, []byte("plant:\n  write: [ open/# ]\n  read: [ open/# ]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	brokerAddr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
+	harness.RunPipeline(t, fmt.Sprintf(`http: { enabled: false }
+input:
+  reliable_mqtt_in:
+    urls: [ "embedded://?dir=%s&listen=%s&users=%s&acl=%s" ]
+    client_id: broker-host
+    topics: [ "broker-host/unused" ]
+output:
+  drop: {}
+`, filepath.Join(dir, "broker"), brokerAddr, users, acl), harness.ProcOptions{})
+	harness.Eventually(t, 60*time.Second, "the embedded broker's listener", func() bool {
+		c, err := net.DialTimeout("tcp", brokerAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
+	p := harness.RunPipeline(t, withPrometheus(t, fmt.Sprintf(`http:
+  enabled: false
+logger: { level: INFO }
+input:
+  sequence:
+    inputs:
+      - generate: { count: 1, interval: "", mapping: 'root = "classified"' }
+      - generate: { interval: 1h, mapping: 'root = deleted()' }
+output:
+  reliable_mqtt_out:
+    urls: [ "tcp://%s" ]
+    protocol_version: "5"
+    user: plant
+    password: plant-pw
+    topic: secret/x
+    outbox: { path: %q }
+    stats_interval: 200ms
+    retry_backoff: { initial_interval: 200ms, max_interval: 1s }
+`, brokerAddr, filepath.Join(dir, "outbox.db")), addr), harness.ProcOptions{})
+	harness.Eventually(t, 60*time.Second, "a PUBACK 0x87 in the log", func() bool {
+		return strings.Contains(p.RunLog(), "PUBACK reason code 0x87")
+	})
+	time.Sleep(5 * time.Second)
+	if n := strings.Count(p.RunLog(), "PUBACK reason code 0x87"); n < 2 || n > 20 {
+		t.Fatalf("%d refusals logged in about 5 s, want a few resends (2 to 20) along the retry backoff", n)
+	}
+	if !strings.Contains(lastStatsLine(p.RunLog()), "; 1 pending") {
+		t.Fatalf("the last stats line is %q, want the refused record still pending", lastStatsLine(p.RunLog()))
+	}
+	fams, err := harness.ScrapeMetrics("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := harness.MetricSum(fams, "reliable_mqtt_out_puback_reason_codes", map[string]string{"code": "0x87"}); n < 2 {
+		t.Fatalf("reliable_mqtt_out_puback_reason_codes{code=\"0x87\"} = %v, want every refusal counted", n)
 	}
 }
