@@ -107,9 +107,11 @@ type Conn interface {
 type Handlers struct {
 	// OnMessage receives every PUBLISH of the connection, in receive order.
 	// It is installed before CONNECT, so a resumed session's early messages
-	// are never dropped unacknowledged by paho. It runs on paho's network
-	// reader and must never block: a blocked reader misses PINGRESPs and
-	// the connection dies ("pingresp not received").
+	// are never dropped unacknowledged by paho. It must never block: on
+	// 3.1.1 it runs on paho's network reader, and a blocked reader misses
+	// PINGRESPs and the connection dies ("pingresp not received"); on 5 it
+	// runs on paho.golang's router goroutine, whose queue of Receive
+	// Maximum messages stalls the reader once full.
 	OnMessage func(conn Conn, msg Message)
 	// OnConnect runs after each CONNACK and before the connection counts as
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
@@ -118,7 +120,7 @@ type Handlers struct {
 	// OnPubrel receives the packet ID of each PUBREL the broker sends (the
 	// end of an inbound QoS 2 exchange; paho answers it with PUBCOMP by
 	// itself). It runs on paho's network reader before any later packet is
-	// handled, and must never block.
+	// handled (both protocols), and must never block.
 	OnPubrel func(conn Conn, id uint16)
 }
 

@@ -22,6 +22,21 @@ func config(urls ...string) mqttclient.Config {
 	}
 }
 
+// eachProtocol runs f once per MQTT protocol version, with a config
+// function for it.
+func eachProtocol(t *testing.T, f func(t *testing.T, config func(urls ...string) mqttclient.Config)) {
+	for _, proto := range []string{mqttclient.V311, mqttclient.V5} {
+		t.Run("mqtt"+proto, func(t *testing.T) {
+			f(t, func(urls ...string) mqttclient.Config {
+				c := config(urls...)
+				c.ProtocolVersion = proto
+				c.SessionExpiry = mqttclient.SessionExpiryDefault
+				return c
+			})
+		})
+	}
+}
+
 func waitReady(t *testing.T, c mqttclient.Transport) mqttclient.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -42,137 +57,145 @@ func closeClient(t *testing.T, c mqttclient.Transport) {
 }
 
 func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true})
-	cfg := config(m.URL())
-	var connects atomic.Int32
-	c, err := mqttclient.Start(cfg, mqttclient.Handlers{
-		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
-			connects.Add(1)
-			return conn.Subscribe(ctx, map[string]byte{"t/#": 1})
-		},
-	}, mqttclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeClient(t, c)
-	first := waitReady(t, c)
-	if first.SessionPresent() {
-		t.Fatal("a brand-new persistent session reported session present")
-	}
-	m.Restart()
-	select {
-	case <-first.Lost():
-	case <-time.After(20 * time.Second):
-		t.Fatal("the first connection was not marked lost after the broker restart")
-	}
-	second := waitReady(t, c)
-	if second == first || second.Gen() <= first.Gen() {
-		t.Fatalf("reconnect reused connection %d (now %d)", first.Gen(), second.Gen())
-	}
-	if !second.SessionPresent() {
-		t.Fatal("resumed persistent session did not report session present")
-	}
-	if connects.Load() < 2 {
-		t.Fatalf("OnConnect ran %d times, want one per connection", connects.Load())
-	}
-	if err := first.Publish(context.Background(), mqttclient.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
-		t.Fatal("publishing on a lost connection succeeded")
-	}
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true})
+		cfg := config(m.URL())
+		var connects atomic.Int32
+		c, err := mqttclient.Start(cfg, mqttclient.Handlers{
+			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+				connects.Add(1)
+				return conn.Subscribe(ctx, map[string]byte{"t/#": 1})
+			},
+		}, mqttclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeClient(t, c)
+		first := waitReady(t, c)
+		if first.SessionPresent() {
+			t.Fatal("a brand-new persistent session reported session present")
+		}
+		m.Restart()
+		select {
+		case <-first.Lost():
+		case <-time.After(20 * time.Second):
+			t.Fatal("the first connection was not marked lost after the broker restart")
+		}
+		second := waitReady(t, c)
+		if second == first || second.Gen() <= first.Gen() {
+			t.Fatalf("reconnect reused connection %d (now %d)", first.Gen(), second.Gen())
+		}
+		if !second.SessionPresent() {
+			t.Fatal("resumed persistent session did not report session present")
+		}
+		if connects.Load() < 2 {
+			t.Fatalf("OnConnect ran %d times, want one per connection", connects.Load())
+		}
+		if err := first.Publish(context.Background(), mqttclient.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
+			t.Fatal("publishing on a lost connection succeeded")
+		}
+	})
 }
 
 func TestOnConnectFailureDropsTheConnectionAndRetries(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	var attempts atomic.Int32
-	c, err := mqttclient.Start(config(m.URL()), mqttclient.Handlers{
-		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
-			if attempts.Add(1) < 3 {
-				return context.DeadlineExceeded
-			}
-			return nil
-		},
-	}, mqttclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeClient(t, c)
-	conn := waitReady(t, c)
-	if attempts.Load() != 3 || conn.Gen() != 3 {
-		t.Fatalf("ready after %d attempts on connection %d, want the third", attempts.Load(), conn.Gen())
-	}
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+		var attempts atomic.Int32
+		c, err := mqttclient.Start(config(m.URL()), mqttclient.Handlers{
+			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+				if attempts.Add(1) < 3 {
+					return context.DeadlineExceeded
+				}
+				return nil
+			},
+		}, mqttclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeClient(t, c)
+		conn := waitReady(t, c)
+		if attempts.Load() != 3 || conn.Gen() != 3 {
+			t.Fatalf("ready after %d attempts on connection %d, want the third", attempts.Load(), conn.Gen())
+		}
+	})
 }
 
 func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
-	for _, tc := range []struct{ name, url string }{
-		{"mosquitto", ""},
-		{"embedded", "embedded://?dir="},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			url := tc.url
-			if url == "" {
-				url = harness.StartMosquitto(t, harness.MosquittoOptions{}).URL()
-			} else {
-				url += filepath.Join(t.TempDir(), "broker")
-			}
-			var got []string
-			done := make(chan struct{})
-			c, err := mqttclient.Start(config(url), mqttclient.Handlers{
-				OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
-					return conn.Subscribe(ctx, map[string]byte{"order": 1})
-				},
-				OnMessage: func(_ mqttclient.Conn, m mqttclient.Message) {
-					got = append(got, string(m.Payload()))
-					if len(got) == 100 {
-						close(done)
-					}
-				},
-			}, mqttclient.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeClient(t, c)
-			conn := waitReady(t, c)
-			for i := 0; i < 100; i++ {
-				if err := conn.Publish(context.Background(), mqttclient.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		for _, tc := range []struct{ name, url string }{
+			{"mosquitto", ""},
+			{"embedded", "embedded://?dir="},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				url := tc.url
+				if url == "" {
+					url = harness.StartMosquitto(t, harness.MosquittoOptions{}).URL()
+				} else {
+					url += filepath.Join(t.TempDir(), "broker")
+				}
+				var got []string
+				done := make(chan struct{})
+				c, err := mqttclient.Start(config(url), mqttclient.Handlers{
+					OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+						return conn.Subscribe(ctx, map[string]byte{"order": 1})
+					},
+					OnMessage: func(_ mqttclient.Conn, m mqttclient.Message) {
+						got = append(got, string(m.Payload()))
+						if len(got) == 100 {
+							close(done)
+						}
+					},
+				}, mqttclient.Options{})
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatalf("received %d of 100", len(got))
-			}
-			for i, p := range got {
-				if p != string(rune('0'+i%10)) {
-					t.Fatalf("message %d out of order: %q", i, p)
+				defer closeClient(t, c)
+				conn := waitReady(t, c)
+				for i := 0; i < 100; i++ {
+					if err := conn.Publish(context.Background(), mqttclient.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-		})
-	}
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatalf("received %d of 100", len(got))
+				}
+				for i, p := range got {
+					if p != string(rune('0'+i%10)) {
+						t.Fatalf("message %d out of order: %q", i, p)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestCloseIsBoundedWhileTheBrokerIsUnreachable(t *testing.T) {
-	c, err := mqttclient.Start(config("tcp://127.0.0.1:1"), mqttclient.Handlers{}, mqttclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	// Close gets a context without deadline, as Benthos gives it; it must
-	// return by itself. 30 s is a wait bound, not a speed target.
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close(context.Background()) }()
-	select {
-	case err := <-closed:
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		c, err := mqttclient.Start(config("tcp://127.0.0.1:1"), mqttclient.Handlers{}, mqttclient.Options{})
 		if err != nil {
-			t.Fatalf("close: %v", err)
+			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close did not return while the broker is unreachable")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if _, err := c.WaitReady(ctx); err != mqttclient.ErrClosed {
-		t.Fatalf("WaitReady after Close: %v, want ErrClosed", err)
-	}
+		time.Sleep(100 * time.Millisecond)
+		// Close gets a context without deadline, as Benthos gives it; it must
+		// return by itself. 30 s is a wait bound, not a speed target.
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close(context.Background()) }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("close: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Close did not return while the broker is unreachable")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := c.WaitReady(ctx); err != mqttclient.ErrClosed {
+			t.Fatalf("WaitReady after Close: %v, want ErrClosed", err)
+		}
+	})
 }
 
 func TestConfigValidationNamesTheProblem(t *testing.T) {
@@ -182,6 +205,11 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 		"will.topic":              func(c *mqttclient.Config) { c.Will = &mqttclient.Will{} },
 		"connect_timeout":         func(c *mqttclient.Config) { c.ConnectTimeout = 0 },
 		"reconnect_backoff":       func(c *mqttclient.Config) { c.Reconnect.Max = time.Millisecond },
+		"protocol_version":        func(c *mqttclient.Config) { c.ProtocolVersion = "4" },
+		"WebSocket URLs are not supported": func(c *mqttclient.Config) {
+			c.ProtocolVersion = mqttclient.V5
+			c.URLs = []string{"ws://127.0.0.1:8080/mqtt"}
+		},
 	}
 	for want, mutate := range cases {
 		c := config("tcp://127.0.0.1:1883")

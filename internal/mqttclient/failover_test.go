@@ -13,16 +13,18 @@ import (
 // budget of one connect_timeout for the whole list would spend every
 // attempt on the first URL and never connect.
 func TestFailsOverPastABrokerThatAcceptsButNeverAnswers(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-	hung := harness.NewProxy(t, m.Addr())
-	hung.Stall()
-	c, err := mqttclient.Start(config(hung.URL(), m.URL()), mqttclient.Handlers{}, mqttclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeClient(t, c)
-	waitReady(t, c)
-	if hung.Conns() == 0 {
-		t.Fatal("the hung URL was never tried: the test did not exercise failover")
-	}
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+		hung := harness.NewProxy(t, m.Addr())
+		hung.Stall()
+		c, err := mqttclient.Start(config(hung.URL(), m.URL()), mqttclient.Handlers{}, mqttclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeClient(t, c)
+		waitReady(t, c)
+		if hung.Conns() == 0 {
+			t.Fatal("the hung URL was never tried: the test did not exercise failover")
+		}
+	})
 }

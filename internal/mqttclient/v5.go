@@ -1,6 +1,7 @@
 package mqttclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
+	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 // MQTT 5 on the low-level paho.golang client (not autopaho: the Client's
@@ -36,6 +39,15 @@ import (
 //     of the connection) completes the Token. PublishAsync never blocks.
 //   - Server limits (Maximum QoS, Retain Available, Maximum Packet Size)
 //     refuse a publication before anything is sent (ErrExceedsServerLimits).
+//   - Inbound QoS 2: paho.golang's session state answers PUBREL with
+//     PUBCOMP itself; v5Session reports each PUBREL to OnPubrel first, as
+//     the 3.1.1 store does. A QoS 2 publish whose PUBREC says 0x10 (no
+//     matching subscribers) is remembered until its PUBCOMP; neither
+//     mosquitto 2.0.11 nor mochi v2.7.9 sends that code, so only the PUBACK
+//     form of 0x10 is tested.
+//   - One session state per connection, like one client: an ack made on
+//     a lost connection finds a state without a socket and goes nowhere,
+//     and paho never resends old publishes (the outbox does).
 
 // ErrExceedsServerLimits wraps the refusal of a publication the server's
 // CONNACK does not allow (QoS above Maximum QoS, retain while Retain
@@ -51,7 +63,7 @@ type v5Conn struct {
 	net     net.Conn // what paho writes to; packets lock it per packet
 	pinger  *paho.DefaultPinger
 	limits  ServerLimits
-	log     logger
+	log     *service.Logger // nil-safe
 
 	mu    sync.Mutex
 	queue []*v5Token    // publications not yet written, in call order
@@ -59,25 +71,6 @@ type v5Conn struct {
 }
 
 var _ Conn = (*v5Conn)(nil)
-
-// logger is the part of *service.Logger this file uses; nil-safe wrappers
-// below keep call sites short.
-type logger interface {
-	Warnf(format string, v ...any)
-	Debugf(format string, v ...any)
-}
-
-func (c *v5Conn) warnf(format string, v ...any) {
-	if c.log != nil {
-		c.log.Warnf(format, v...)
-	}
-}
-
-func (c *v5Conn) debugf(format string, v ...any) {
-	if c.log != nil {
-		c.log.Debugf(format, v...)
-	}
-}
 
 // Limits are what the server's CONNACK allows.
 func (c *v5Conn) Limits() ServerLimits { return c.limits }
@@ -225,7 +218,12 @@ func (c *v5Conn) sendLoop() {
 }
 
 // send writes one publication; false when the connection is gone.
+// Nothing is written once the Conn is lost, Drop included.
 func (c *v5Conn) send(t *v5Token) bool {
+	if !c.Alive() {
+		t.complete(ErrNotConnected)
+		return false
+	}
 	if t.pb.QoS == 0 {
 		err := c.write(t.pb)
 		t.complete(err)
@@ -233,21 +231,35 @@ func (c *v5Conn) send(t *v5Token) bool {
 	}
 	ret := make(chan packets.ControlPacket, 1)
 	if err := c.session.AddToSession(c.ctx, t.pb, ret); err != nil {
-		if !c.Alive() {
-			err = ErrNotConnected
+		if errors.Is(err, session.ErrNoConnection) || !c.Alive() {
+			c.markLost() // the state saw the connection go first
+			t.complete(ErrNotConnected)
+			return false
 		}
 		t.complete(fmt.Errorf("mqtt: publish to %q: %w", t.pb.Topic, err))
-		return c.Alive()
+		return true
 	}
 	go c.await(t, ret)
+	if !c.Alive() { // lost while waiting for a Receive Maximum slot
+		return false
+	}
 	return c.write(t.pb) == nil
 }
 
-// write sends one packet. A failed write loses the connection: paho's
-// reader sees the broken socket too, but the Conn must not wait for it.
+// write sends one packet in one write call, holding the lock paho's own
+// packet writes take (packets.NewThreadSafeConn): paho writes a packet as
+// four calls, four segments on the wire with TCP_NODELAY.
 func (c *v5Conn) write(pb *packets.Publish) error {
-	if _, err := pb.WriteTo(c.net); err != nil {
-		c.debugf("MQTT write failed: %v", err)
+	var buf bytes.Buffer
+	_, _ = pb.WriteTo(&buf) // a bytes.Buffer does not fail
+	lock := c.net.(sync.Locker)
+	lock.Lock()
+	_, err := c.net.Write(buf.Bytes())
+	lock.Unlock()
+	// A failed write loses the connection: paho's reader sees the broken
+	// socket too, but the Conn must not wait for it.
+	if err != nil {
+		c.log.Debugf("MQTT write failed: %v", err)
 		c.markLost()
 		return ErrNotConnected
 	}
@@ -522,9 +534,7 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		net:    packets.NewThreadSafeConn(nc),
 		pinger: paho.NewDefaultPinger(),
 		wake:   make(chan struct{}, 1),
-	}
-	if c.log != nil {
-		conn.log = c.log
+		log:    c.log,
 	}
 	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{}}
 	if c.h.OnPubrel != nil {
@@ -554,11 +564,11 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 			if reason == "" {
 				reason = (&packets.Disconnect{ReasonCode: d.ReasonCode}).Reason()
 			}
-			conn.warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
+			conn.log.Warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
 			conn.markLost()
 		},
 		OnClientError: func(err error) {
-			conn.debugf("MQTT connection lost: %v", err)
+			conn.log.Debugf("MQTT connection lost: %v", err)
 			conn.markLost()
 		},
 	}
@@ -606,7 +616,9 @@ func (c *Client) connectPacket() *paho.Connect {
 		UsernameFlag: c.cfg.User != "",
 		Password:     []byte(c.cfg.Password),
 		PasswordFlag: c.cfg.Password != "",
-		Properties:   &paho.ConnectProperties{RequestProblemInfo: true},
+		// Reason strings on failures; and mochi v2.7.9 (embedded://) leaves
+		// user properties out of PUBLISH packets to a client that says 0.
+		Properties: &paho.ConnectProperties{RequestProblemInfo: true},
 	}
 	if expiry := c.cfg.sessionExpiry(); expiry > 0 {
 		cp.Properties.SessionExpiryInterval = &expiry

@@ -457,3 +457,233 @@ func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 		t.Fatalf("got %q: a refused publication was delivered", msg.Topic())
 	}
 }
+
+// PublishAsync never blocks on the server's Receive Maximum (mosquitto: 20):
+// 200 publications (QoS 1 and 2) queue at once and all complete, in order
+// per QoS (the broker forwards a QoS 2 message at its PUBREL, so the two
+// levels interleave).
+func TestV5PublishAsyncQueuesBeyondTheServersReceiveMaximum(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	got := newInbox()
+	waitReady(t, startV5(t, v5config("v5-window-sub", m.URL()), map[string]byte{"w": 2}, got, mqttclient.Options{}))
+	conn := waitReady(t, startV5(t, v5config("v5-window", m.URL()), nil, nil, mqttclient.Options{}))
+	if rm := conn.Limits().ReceiveMaximum; rm != 20 {
+		t.Fatalf("mosquitto's Receive Maximum is %d, want its default 20", rm)
+	}
+	const n = 200
+	toks := make([]mqttclient.Token, n)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for i := range toks {
+			toks[i] = conn.PublishAsync(mqttclient.Publication{Topic: "w", QoS: byte(1 + i%2), Payload: []byte{byte(i)}})
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("PublishAsync blocked")
+	}
+	for i, tok := range toks {
+		select {
+		case <-tok.Done():
+			if err := tok.Error(); err != nil {
+				t.Fatalf("publication %d: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publication %d did not complete", i)
+		}
+	}
+	last := map[byte]int{1: -1, 2: -1}
+	for _, msg := range got.waitFor(t, n, 10*time.Second) {
+		i := int(msg.Payload()[0])
+		if i <= last[msg.Qos()] {
+			t.Fatalf("QoS %d message %d arrived after %d: out of order", msg.Qos(), i, last[msg.Qos()])
+		}
+		last[msg.Qos()] = i
+	}
+}
+
+// Publications waiting for a PUBACK, and queued behind a full Receive
+// Maximum, fail when the connection is lost; the next connection works.
+func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	c := startV5(t, v5config("v5-lost", proxy.URL()), nil, nil, mqttclient.Options{})
+	conn := waitReady(t, c)
+	proxy.Stall()
+	toks := make([]mqttclient.Token, 30) // 20 in flight, 10 queued
+	for i := range toks {
+		toks[i] = conn.PublishAsync(mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("x")})
+	}
+	select {
+	case <-toks[0].Done():
+		t.Fatalf("a publication completed through a stalled connection: %v", toks[0].Error())
+	case <-time.After(300 * time.Millisecond):
+	}
+	proxy.Cut()
+	for i, tok := range toks {
+		select {
+		case <-tok.Done():
+			if err := tok.Error(); !errors.Is(err, mqttclient.ErrNotConnected) {
+				t.Fatalf("publication %d after the connection was lost: %v, want ErrNotConnected", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publication %d still pending 10 s after the connection was lost", i)
+		}
+	}
+	if tok := conn.PublishAsync(mqttclient.Publication{Topic: "lost", QoS: 1}); !errors.Is(tok.Error(), mqttclient.ErrNotConnected) {
+		t.Fatalf("publish on a lost Conn: %v, want ErrNotConnected", tok.Error())
+	}
+	proxy.Restore()
+	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
+}
+
+// A broker that stops answering does not hold Close: the DISCONNECT's
+// wait for the broker is bounded.
+func TestV5CloseIsBoundedWhileTheBrokerStalls(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	c, err := mqttclient.Start(v5config("v5-stall", proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c)
+	proxy.Stall()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return while the broker stalls")
+	}
+}
+
+// The broker's DISCONNECT (here: session taken over, 0x8E) loses the Conn.
+func TestV5ServerDisconnectLosesTheConn(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	first := waitReady(t, startV5(t, v5config("v5-twin", m.URL()), nil, nil, mqttclient.Options{}))
+	twin := mqttclient.Config(v5config("v5-twin", m.URL()))
+	c, err := mqttclient.Start(twin, mqttclient.Handlers{}, mqttclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c)
+	select {
+	case <-first.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the taken-over connection was not marked lost")
+	}
+	closeClient(t, c)
+}
+
+// The will of a v5 connection that dies without DISCONNECT is published.
+func TestV5WillIsPublishedWhenTheConnectionDies(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	proxy := harness.NewProxy(t, m.Addr())
+	got := newInbox()
+	waitReady(t, startV5(t, v5config("v5-will-sub", m.URL()), map[string]byte{"will/#": 1}, got, mqttclient.Options{}))
+	cfg := v5config("v5-will", proxy.URL())
+	cfg.Will = &mqttclient.Will{Topic: "will/v5", Payload: []byte("gone"), QoS: 1}
+	waitReady(t, startV5(t, cfg, nil, nil, mqttclient.Options{}))
+	if msgs := got.quiet(200 * time.Millisecond); len(msgs) != 0 {
+		t.Fatalf("the will was published while connected: %q", msgs[0].Payload())
+	}
+	proxy.Cut()
+	if msg := got.waitFor(t, 1, 10*time.Second)[0]; msg.Topic() != "will/v5" || string(msg.Payload()) != "gone" {
+		t.Fatalf("got %q on %q, want the will", msg.Payload(), msg.Topic())
+	}
+}
+
+// Inbound QoS 2: the PUBREC leaves at Message.Ack, and the broker's PUBREL
+// that follows reaches OnPubrel with the message's packet ID.
+func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
+	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+	got := newInbox()
+	rels := make(chan uint16, 10)
+	c, err := mqttclient.Start(v5config("v5-qos2", m.URL()), mqttclient.Handlers{
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+			return conn.Subscribe(ctx, map[string]byte{"q2": 2})
+		},
+		OnMessage: got.add,
+		OnPubrel:  func(_ mqttclient.Conn, id uint16) { rels <- id },
+	}, mqttclient.Options{ManualAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient(t, c)
+	waitReady(t, c)
+	pub := waitReady(t, startV5(t, v5config("v5-qos2-pub", m.URL()), nil, nil, mqttclient.Options{}))
+	publish(t, pub, mqttclient.Publication{Topic: "q2", QoS: 2, Payload: []byte("once")})
+	msg := got.waitFor(t, 1, 10*time.Second)[0]
+	if msg.Qos() != 2 {
+		t.Fatalf("QoS %d, want 2", msg.Qos())
+	}
+	select {
+	case id := <-rels:
+		t.Fatalf("PUBREL %d before the message was acknowledged", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	msg.Ack()
+	select {
+	case id := <-rels:
+		if id != msg.MessageID() {
+			t.Fatalf("PUBREL for %d, want the message's packet ID %d", id, msg.MessageID())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no PUBREL after the PUBREC")
+	}
+}
+
+// BenchmarkPublishQoS1 publishes 100-byte QoS 1 messages to mosquitto with
+// at most 1000 unconfirmed, on each protocol:
+//
+//	go test -run '^$' -bench PublishQoS1 -benchtime 20000x ./internal/mqttclient/
+func BenchmarkPublishQoS1(b *testing.B) {
+	for _, proto := range []string{mqttclient.V311, mqttclient.V5} {
+		b.Run("mqtt"+proto, func(b *testing.B) {
+			m := harness.StartMosquitto(b, harness.MosquittoOptions{})
+			cfg := config(m.URL())
+			cfg.ProtocolVersion = proto
+			c, err := mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = c.Close(context.Background()) }()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			conn, err := c.WaitReady(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 100)
+			const unconfirmed = 1000
+			var window []mqttclient.Token
+			wait := func(tok mqttclient.Token) {
+				select {
+				case <-tok.Done():
+					if err := tok.Error(); err != nil {
+						b.Fatal(err)
+					}
+				case <-time.After(20 * time.Second):
+					b.Fatal("no PUBACK within 20 s")
+				}
+			}
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			for range b.N {
+				if len(window) == unconfirmed {
+					wait(window[0])
+					window = window[1:]
+				}
+				window = append(window, conn.PublishAsync(mqttclient.Publication{Topic: "bench", QoS: 1, Payload: payload}))
+			}
+			for _, tok := range window {
+				wait(tok)
+			}
+		})
+	}
+}
