@@ -247,10 +247,38 @@ func LoadTopic(s string) (string, *mqttclient.Properties, error) {
 	return topic, p, nil
 }
 
-// SortedUser turns a map of user properties into a list sorted by name,
-// so that the same map always gives the same properties (and the same
-// stored record).
-func SortedUser(m map[string]string) []mqttclient.UserProperty {
+// Outgoing are the MQTT 5 properties of one message as reliable_mqtt_out's
+// fields evaluate them: strings, checked by Properties.
+type Outgoing struct {
+	User          map[string]string // name → value
+	ContentType   string            // "": none
+	MessageExpiry string            // ParseExpiry's forms; "": none
+}
+
+// Properties checks o and returns its properties, the user properties
+// sorted by name so that equal fields give equal records.
+func (o Outgoing) Properties() (*mqttclient.Properties, error) {
+	p := &mqttclient.Properties{User: sortedUser(o.User), ContentType: o.ContentType}
+	for _, u := range p.User {
+		if err := CheckString("user property "+u.Key, u.Value); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckString("content_type", o.ContentType); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.MessageExpiry, err = ParseExpiry(o.MessageExpiry); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// sortedUser turns a map of user properties into a list sorted by name.
+func sortedUser(m map[string]string) []mqttclient.UserProperty {
+	if len(m) == 0 {
+		return nil
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -134,11 +134,25 @@ func TestStoredTopicRoundTripsAndPlainTopicsStayPlain(t *testing.T) {
 	}
 }
 
-func TestSortedUserIsDeterministic(t *testing.T) {
-	m := map[string]string{"z": "1", "a": "2", "m": "3"}
+func TestOutgoingIsDeterministicAndChecked(t *testing.T) {
+	o := Outgoing{User: map[string]string{"z": "1", "a": "2", "m": "3"}, ContentType: "text/plain", MessageExpiry: "90"}
 	for range 5 {
-		if got := SortedUser(m); !reflect.DeepEqual(got, up("a", "2", "m", "3", "z", "1")) {
-			t.Fatalf("SortedUser = %v", got)
+		p, err := o.Properties()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &mqttclient.Properties{User: up("a", "2", "m", "3", "z", "1"), ContentType: "text/plain", MessageExpiry: 90 * time.Second}
+		if !reflect.DeepEqual(p, want) {
+			t.Fatalf("Properties() = %+v, want %+v", p, want)
+		}
+	}
+	for _, bad := range []Outgoing{
+		{User: map[string]string{"k": "a\x00b"}},
+		{ContentType: "\xff"},
+		{MessageExpiry: "soon"},
+	} {
+		if p, err := bad.Properties(); err == nil {
+			t.Errorf("%+v gave %+v, want an error", bad, p)
 		}
 	}
 }

@@ -94,39 +94,27 @@ func (f v5Fields) props(msg *service.Message) (*mqttclient.Properties, error) {
 	if !f.any() {
 		return nil, nil
 	}
-	p := &mqttclient.Properties{}
+	var o properties.Outgoing
 	if len(f.userProps) > 0 {
-		values := make(map[string]string, len(f.userProps))
+		o.User = make(map[string]string, len(f.userProps))
 		for name, is := range f.userProps {
 			v, err := is.TryString(msg)
 			if err != nil {
 				return nil, fmt.Errorf("user property %q: interpolation failed: %w", name, err)
 			}
-			if err := properties.CheckString("user property "+name, v); err != nil {
-				return nil, err
-			}
-			values[name] = v
+			o.User[name] = v
 		}
-		p.User = properties.SortedUser(values)
 	}
+	var err error
 	if f.contentType != nil {
-		v, err := f.contentType.TryString(msg)
-		if err != nil {
+		if o.ContentType, err = f.contentType.TryString(msg); err != nil {
 			return nil, fmt.Errorf("content_type interpolation failed: %w", err)
 		}
-		if err := properties.CheckString("content_type", v); err != nil {
-			return nil, err
-		}
-		p.ContentType = v
 	}
 	if f.messageExpiry != nil {
-		v, err := f.messageExpiry.TryString(msg)
-		if err != nil {
+		if o.MessageExpiry, err = f.messageExpiry.TryString(msg); err != nil {
 			return nil, fmt.Errorf("message_expiry interpolation failed: %w", err)
 		}
-		if p.MessageExpiry, err = properties.ParseExpiry(v); err != nil {
-			return nil, err
-		}
 	}
-	return p, nil
+	return o.Properties()
 }
