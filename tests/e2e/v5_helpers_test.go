@@ -116,26 +116,53 @@ var v5BrokerKinds = []struct {
 		return v5Broker{"mosquitto", m.Addr()}
 	}},
 	{"embedded", func(t *testing.T) v5Broker {
-		addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
-		host := fmt.Sprintf(`http: { enabled: false }
+		return v5Broker{"embedded", v5EmbeddedHost(t, "")}
+	}},
+}
+
+// v5EmbeddedHost runs an embedded broker in a process of its own (so a
+// killed client process does not take it down) and returns its listener's
+// host:port; query adds URL parameters ("&users=...").
+func v5EmbeddedHost(t *testing.T, query string) string {
+	t.Helper()
+	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
+	host := fmt.Sprintf(`http: { enabled: false }
 input:
   reliable_mqtt_in:
-    urls: [ "embedded://?dir=%s&listen=%s" ]
+    urls: [ "embedded://?dir=%s&listen=%s%s" ]
     client_id: broker-host
     topics: [ "broker-host/unused" ]
 output:
   drop: {}
-`, filepath.Join(t.TempDir(), "broker"), addr)
-		p := harness.RunPipeline(t, host, harness.ProcOptions{})
-		harness.Eventually(t, 60*time.Second, "the embedded broker's listener", func() bool {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil && p.Running()
-		})
-		return v5Broker{"embedded", addr}
-	}},
+`, filepath.Join(t.TempDir(), "broker"), addr, query)
+	p := harness.RunPipeline(t, host, harness.ProcOptions{})
+	harness.Eventually(t, 60*time.Second, "the embedded broker's listener", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil && p.Running()
+	})
+	return addr
+}
+
+// v5OneMessage is a pipeline whose input makes one message with payload
+// and then idles (so the process stays up), into a reliable_mqtt_out over
+// MQTT 5 with the given fields; http is off, for withPrometheus.
+func v5OneMessage(payload, url string, fields ...string) string {
+	return fmt.Sprintf(`http:
+  enabled: false
+logger: { level: INFO }
+input:
+  sequence:
+    inputs:
+      - generate: { count: 1, interval: "", mapping: 'root = %q' }
+      - generate: { interval: 1h, mapping: 'root = deleted()' }
+output:
+  reliable_mqtt_out:
+    urls: [ %q ]
+    protocol_version: "5"
+%s`, payload, url, outputFields(fields))
 }
 
 // v5Publisher reads the payload file in chunks and publishes each chunk

@@ -166,24 +166,9 @@ func TestV5RequireSubscribersKeepsTheRecordUntilSomeoneSubscribes(t *testing.T) 
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := harness.StartMosquitto(t, harness.MosquittoOptions{})
-			yaml := fmt.Sprintf(`http:
-  enabled: false
-logger: { level: INFO }
-input:
-  sequence:
-    inputs:
-      - generate: { count: 1, interval: "", mapping: 'root = "lonely"' }
-      - generate: { interval: 1h, mapping: 'root = deleted()' }
-output:
-  reliable_mqtt_out:
-    urls: [ %q ]
-    protocol_version: "5"
-    topic: v5/lonely
-    require_subscribers: %v
-    `+c.outbox+`
-    stats_interval: 200ms
-    retry_backoff: { initial_interval: 200ms, max_interval: 1s }
-`, m.URL(), c.require, filepath.Join(t.TempDir(), "outbox.db"))
+			yaml := v5OneMessage("lonely", m.URL(), "topic: v5/lonely", fmt.Sprintf("require_subscribers: %v", c.require),
+				fmt.Sprintf(c.outbox, filepath.Join(t.TempDir(), "outbox.db")),
+				"stats_interval: 200ms", "retry_backoff: { initial_interval: 200ms, max_interval: 1s }")
 			addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
 			p := harness.RunPipeline(t, withPrometheus(t, yaml, addr), harness.ProcOptions{})
 			outboxOn := !strings.Contains(c.outbox, "enabled: false")
@@ -498,44 +483,12 @@ func TestV5RefusedPublishKeepsTheRecordAndCountsTheReasonCode(t *testing.T) {
 	if err := os.WriteFile(acl, []byte("plant:\n  write: [ open/# ]\n  read: [ open/# ]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	brokerAddr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
-	harness.RunPipeline(t, fmt.Sprintf(`http: { enabled: false }
-input:
-  reliable_mqtt_in:
-    urls: [ "embedded://?dir=%s&listen=%s&users=%s&acl=%s" ]
-    client_id: broker-host
-    topics: [ "broker-host/unused" ]
-output:
-  drop: {}
-`, filepath.Join(dir, "broker"), brokerAddr, users, acl), harness.ProcOptions{})
-	harness.Eventually(t, 60*time.Second, "the embedded broker's listener", func() bool {
-		c, err := net.DialTimeout("tcp", brokerAddr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	brokerAddr := v5EmbeddedHost(t, "&users="+users+"&acl="+acl)
 
 	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(harness.FreePort(t)))
-	p := harness.RunPipeline(t, withPrometheus(t, fmt.Sprintf(`http:
-  enabled: false
-logger: { level: INFO }
-input:
-  sequence:
-    inputs:
-      - generate: { count: 1, interval: "", mapping: 'root = "classified"' }
-      - generate: { interval: 1h, mapping: 'root = deleted()' }
-output:
-  reliable_mqtt_out:
-    urls: [ "tcp://%s" ]
-    protocol_version: "5"
-    user: plant
-    password: plant-pw
-    topic: secret/x
-    outbox: { path: %q }
-    stats_interval: 200ms
-    retry_backoff: { initial_interval: 200ms, max_interval: 1s }
-`, brokerAddr, filepath.Join(dir, "outbox.db")), addr), harness.ProcOptions{})
+	p := harness.RunPipeline(t, withPrometheus(t, v5OneMessage("classified", "tcp://"+brokerAddr,
+		"user: plant", "password: plant-pw", "topic: secret/x", fmt.Sprintf("outbox: { path: %q }", filepath.Join(dir, "outbox.db")),
+		"stats_interval: 200ms", "retry_backoff: { initial_interval: 200ms, max_interval: 1s }"), addr), harness.ProcOptions{})
 	harness.Eventually(t, 60*time.Second, "a PUBACK 0x87 in the log", func() bool {
 		return strings.Contains(p.RunLog(), "PUBACK reason code 0x87")
 	})
