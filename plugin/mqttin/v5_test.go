@@ -111,15 +111,7 @@ func TestPropertiesEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 	if got := meta(msg, "mqtt_message_expiry"); got != "3600s" && got != "3599s" {
 		t.Errorf("mqtt_message_expiry = %q, want about 3600s", got)
 	}
-	if err := ack(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if !acks.WaitCount(1, 5*time.Second) {
-		t.Fatal("no ACK published to ack_topic")
-	}
-	if got, want := string(acks.Messages()[0].Payload), mustAck(t, "ev-1"); got != want {
-		t.Fatalf("ACK = %s, want %s", got, want)
-	}
+	ackExpectFirstACK(t, ack, acks, "ev-1")
 
 	publish(t, b.URL(), "in/b", "no properties")
 	msg, ack = ti.read()
