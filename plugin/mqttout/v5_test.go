@@ -69,3 +69,24 @@ func TestMQTT5FieldsAreRefusedAtStartWhereTheyCannotApply(t *testing.T) {
 		}
 	}
 }
+
+// A record keeps its MQTT 5 properties: a retried write of one event ID
+// is idempotent only when they are equal too.
+func TestRetriedEventIDWithOtherPropertiesConflicts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	p := startPipeline(t, outputConf(unreachable, path, "protocol_version", `"5"`, "envelope", "properties",
+		"user_properties", `{ site: '${! meta("site") }' }`))
+	for i := 0; i < 2; i++ {
+		if err := p.write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s1"); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	err := p.write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s2")
+	if err == nil || !strings.Contains(err.Error(), "evt-7") {
+		t.Fatalf("the same event ID with another user property: got %v, want an error naming the event", err)
+	}
+	p.stop()
+	if left := pendingIn(t, path); left != 1 {
+		t.Fatalf("outbox holds %d records, want exactly 1", left)
+	}
+}
