@@ -113,7 +113,11 @@ Each delivery attempt carries a hook list in the message's context (Go package `
 
 `+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes. MQTT 5 messages add their properties: each user property as `+"`mqtt_user_property_<name>`"+` (a string; a name that occurs more than once gives a list of its values in arrival order, so `+"`meta(\"mqtt_user_property_<name>\")`"+` is their JSON array and `+"`@mqtt_user_property_<name>`"+` the array itself), `+"`mqtt_content_type`, `mqtt_response_topic`, `mqtt_correlation_data`"+` (its bytes as they are) and `+"`mqtt_message_expiry`"+` (the remaining interval the broker sent, in whole seconds: `+"`90s`"+`), each only when present.
 
-Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.`).
+Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.
+
+### MQTT 3.1.1 and MQTT 5
+
+Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` reads the event ID from user properties and leaves the payload bytes alone; received properties become metadata (above); `+"`receive_buffer_size`"+` is sent as Receive Maximum; `+"`session_expiry_interval`"+` bounds how long the broker keeps the session.`).
 		Fields(mqttclient.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).

@@ -82,7 +82,11 @@ An outbox path that can never work (a directory, a path below a file, a file tha
 
 Use `+"`buffer: none`"+` (the default) in reliable pipelines: a buffer acknowledges the input before this output has the message.
 
-With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.`).
+With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.
+
+### MQTT 3.1.1 and MQTT 5
+
+Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` carries the event ID (and, with `+"`confirm: end_to_end`"+`, the destination topic) as user properties and leaves the payload bytes alone; a PUBACK reason code of 0x80 or more fails the publish (the record stays and is resent after `+"`retry_backoff`"+`; counted in `+"`reliable_mqtt_out_puback_reason_codes{code}`"+`); `+"`require_subscribers`"+` treats 0x10 (no matching subscribers) the same way; the window never exceeds the server's Receive Maximum.`).
 		Fields(mqttclient.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
