@@ -20,8 +20,8 @@ type v5Fields struct {
 	requireSubscribers bool
 }
 
-// any reports whether a publish carries properties beyond the envelope's.
-func (f v5Fields) any() bool {
+// hasProps reports whether a publish carries properties beyond the envelope's.
+func (f v5Fields) hasProps() bool {
 	return len(f.userProps) > 0 || f.contentType != nil || f.messageExpiry != nil
 }
 
@@ -76,7 +76,7 @@ func parseV5Fields(conf *service.ParsedConfig, version string, propsEnv, endToEn
 		set = append(set, fieldRequireSubs)
 	}
 	if len(set) > 0 {
-		return f, fmt.Errorf("%s need MQTT 5: set protocol_version: \"5\" (the broker must speak it), or remove them", strings.Join(set, ", "))
+		return f, fmt.Errorf("%s: MQTT 5 only: set protocol_version: \"5\" (the broker must speak it), or remove them", strings.Join(set, ", "))
 	}
 	return f, nil
 }
@@ -91,7 +91,7 @@ func optionalInterpolation(conf *service.ParsedConfig, name string) (*service.In
 
 // props evaluates the MQTT 5 properties of msg; nil when none are set.
 func (f v5Fields) props(msg *service.Message) (*mqttclient.Properties, error) {
-	if !f.any() {
+	if !f.hasProps() {
 		return nil, nil
 	}
 	var o properties.Outgoing
