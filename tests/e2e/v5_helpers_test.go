@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -76,15 +75,19 @@ func (s *v5Sub) Messages() []v5Received {
 }
 
 // v5Payloads writes n random payloads of size bytes to a file (the
-// publisher reads it in chunks of size) and returns them. Every payload
+// publisher reads it in chunks of size) and returns them. The bytes come
+// from testRand, so E2E_SEED replays a run. Every payload
 // starts with 0xff 0x00 (never valid UTF-8, and a NUL), so each is
 // binary whatever the random rest.
 func v5Payloads(t *testing.T, n, size int) (path string, payloads [][]byte) {
 	t.Helper()
+	rng := testRand(t, 51)
 	var all []byte
 	for range n {
 		p := make([]byte, size)
-		rand.Read(p)
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
 		p[0], p[1] = 0xff, 0x00
 		payloads = append(payloads, p)
 		all = append(all, p...)
