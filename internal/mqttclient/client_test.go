@@ -178,23 +178,28 @@ func TestCloseIsBoundedWhileTheBrokerIsUnreachable(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		// Close gets a context without deadline, as Benthos gives it; it must
-		// return by itself. 30 s is a wait bound, not a speed target.
-		closed := make(chan error, 1)
-		go func() { closed <- c.Close(context.Background()) }()
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatalf("close: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("Close did not return while the broker is unreachable")
-		}
+		closeUnbounded(t, c, "while the broker is unreachable")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if _, err := c.WaitReady(ctx); err != mqttclient.ErrClosed {
 			t.Fatalf("WaitReady after Close: %v, want ErrClosed", err)
 		}
+	})
+}
+
+// A broker that stops answering does not hold Close (v5: the DISCONNECT's
+// wait for the broker is bounded).
+func TestCloseIsBoundedWhileTheBrokerStalls(t *testing.T) {
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+		proxy := harness.NewProxy(t, m.Addr())
+		c, err := mqttclient.Start(config(proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, c)
+		proxy.Stall()
+		closeUnbounded(t, c, "while the broker stalls")
 	})
 }
 
@@ -218,6 +223,23 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want an error mentioning %q", err, want)
 		}
+	}
+}
+
+// closeUnbounded closes c with a context without deadline, as Benthos
+// gives it: Close must return by itself. 30 s is a wait bound, not a speed
+// target.
+func closeUnbounded(t *testing.T, c mqttclient.Transport, while string) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return " + while)
 	}
 }
 

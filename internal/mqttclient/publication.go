@@ -88,7 +88,7 @@ const ReasonNoMatchingSubscribers byte = 0x10
 type ReasonCodeError struct {
 	Packet string // "PUBACK", "SUBACK", "CONNACK"
 	Code   byte
-	Reason string // the server's reason string, if it sent one
+	Reason string // the server's reason string, else the protocol's name for Code
 	Filter string // for SUBACK: the refused filter
 }
 

@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -29,8 +31,9 @@ import (
 //     queues acks and sends them from a 50 ms ticker, and its tracker only
 //     forgets a message once acked. Instead paho's automatic ack is left on
 //     and ignored by v5Session.Ack when Options.ManualAck is set;
-//     Message.Ack writes the PUBACK/PUBREC at once, in the order the engine
-//     calls it (receive order), through the same session state.
+//     Message.Ack writes the PUBACK (one write) or the PUBREC (through the
+//     session state, which records it) at once, in the order the engine
+//     calls it (receive order).
 //   - Publishes. paho.golang's Publish blocks its caller while the server's
 //     Receive Maximum is used up and offers no completion for an async
 //     send. v5Conn queues publications in call order; one goroutine per
@@ -88,6 +91,8 @@ func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
 // (QoS 2) or the write (QoS 0), or fails when the connection is lost.
 // A PUBACK or PUBREC reason code of 0x80 or more is a *ReasonCodeError,
 // and so is 0x10 (no matching subscribers) with p.RequireSubscribers.
+// The queue holds what the caller has started and not seen complete, so
+// the caller's own window (the sender's) bounds its memory.
 func (c *v5Conn) PublishAsync(p Publication) Token {
 	if !c.Alive() {
 		return failedToken{ErrNotConnected}
@@ -249,9 +254,9 @@ func (c *v5Conn) send(t *v5Token) bool {
 // write sends one packet in one write call, holding the lock paho's own
 // packet writes take (packets.NewThreadSafeConn): paho writes a packet as
 // four calls, four segments on the wire with TCP_NODELAY.
-func (c *v5Conn) write(pb *packets.Publish) error {
+func (c *v5Conn) write(pk io.WriterTo) error {
 	var buf bytes.Buffer
-	_, _ = pb.WriteTo(&buf) // a bytes.Buffer does not fail
+	_, _ = pk.WriteTo(&buf) // a bytes.Buffer does not fail
 	lock := c.net.(sync.Locker)
 	lock.Lock()
 	_, err := c.net.Write(buf.Bytes())
@@ -383,11 +388,19 @@ const disconnectWait = time.Second
 // PUBREC's 0x10 is remembered for the QoS 2 publish it answers.
 type v5Session struct {
 	*state.State
-	manual   bool
-	onPubrel func(id uint16)
+	manual    bool
+	onPubrel  func(id uint16)
+	onConnack func(*packets.Connack)
 
 	mu     sync.Mutex
 	noSubs map[uint16]bool // QoS 2 packet IDs whose PUBREC said 0x10
+}
+
+// ConAckReceived runs when a CONNACK accepts the connection, before paho
+// starts its reader and router.
+func (s *v5Session) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.Connack) error {
+	s.onConnack(ca)
+	return s.State.ConAckReceived(w, cp, ca)
 }
 
 // PacketReceived runs on paho's network reader for every packet with a
@@ -409,21 +422,12 @@ func (s *v5Session) PacketReceived(p *packets.ControlPacket, pubs chan<- *packet
 }
 
 // Ack is paho's acknowledgement after the handlers ran; under manual ack
-// Message.Ack sends it instead (ackNow).
+// Message.Ack sends it instead.
 func (s *v5Session) Ack(pb *packets.Publish) error {
 	if s.manual {
 		return nil
 	}
 	return s.State.Ack(pb)
-}
-
-// ackNow sends the PUBACK (QoS 1) or PUBREC (QoS 2) for a received PUBLISH.
-// The state writes nothing once its connection is lost.
-func (s *v5Session) ackNow(qos byte, id uint16) {
-	if qos == 0 {
-		return
-	}
-	_ = s.State.Ack(&packets.Publish{QoS: qos, PacketID: id})
 }
 
 // result turns the final answer to a QoS 1/2 publish into its outcome.
@@ -439,9 +443,8 @@ func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
 	case *packets.Pubcomp:
 		code, props, name = r.ReasonCode, r.Properties, "PUBCOMP"
 		s.mu.Lock()
-		if s.noSubs[t.pb.PacketID] {
-			code = ReasonNoMatchingSubscribers
-			name = "PUBREC"
+		if code < 0x80 && s.noSubs[t.pb.PacketID] {
+			code, props, name = ReasonNoMatchingSubscribers, nil, "PUBREC"
 		}
 		delete(s.noSubs, t.pb.PacketID)
 		s.mu.Unlock()
@@ -472,6 +475,7 @@ type v5Message struct {
 	conn  *v5Conn
 	p     *paho.Publish
 	props *Properties
+	acked atomic.Bool // Ack sends at most once, as paho.mqtt.golang's does
 }
 
 func (m *v5Message) Topic() string           { return m.p.Topic }
@@ -484,13 +488,19 @@ func (m *v5Message) Properties() *Properties { return m.props }
 
 // Ack sends the PUBACK/PUBREC now under Options.ManualAck (paho already
 // acknowledged it otherwise). An ack for a message of a lost connection
-// goes nowhere: the connection's session state has no socket any more,
-// and a new connection has a new state.
+// goes nowhere: its Conn is no longer alive, and its socket and session
+// state are not the next connection's.
 func (m *v5Message) Ack() {
-	if !m.conn.session.manual || !m.conn.Alive() {
+	c := m.conn
+	if !c.session.manual || !c.Alive() || m.acked.Swap(true) {
 		return
 	}
-	m.conn.session.ackNow(m.p.QoS, m.p.PacketID)
+	switch m.p.QoS {
+	case 1: // the session state only writes it, in four calls
+		_ = c.write(&packets.Puback{PacketID: m.p.PacketID, Properties: &packets.Properties{}})
+	case 2: // the state also records the PUBREC
+		_ = c.session.State.Ack(&packets.Publish{QoS: 2, PacketID: m.p.PacketID})
+	}
 }
 
 // dialV5 makes one MQTT 5 connection attempt: each URL in order, each with
@@ -536,7 +546,12 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		wake:   make(chan struct{}, 1),
 		log:    c.log,
 	}
-	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{}}
+	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{},
+		// Before paho starts delivering: OnMessage may read them at once.
+		onConnack: func(ca *packets.Connack) {
+			conn.sessionPresent = ca.SessionPresent
+			conn.limits = serverLimits(paho.ConnackFromPacketConnack(ca))
+		}}
 	if c.h.OnPubrel != nil {
 		conn.session.onPubrel = func(id uint16) { c.h.OnPubrel(conn, id) }
 	}
@@ -592,8 +607,6 @@ func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn
 		}
 		return nil, err
 	}
-	conn.sessionPresent = ca.SessionPresent
-	conn.limits = serverLimits(ca)
 	// paho's client ends with the network connection; so does the Conn.
 	go func() {
 		select {
