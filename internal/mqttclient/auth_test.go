@@ -3,18 +3,22 @@ package mqttclient_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // user and password reach a mosquitto listener that requires them; a wrong
-// password never gets a connection.
+// password never gets a connection. On MQTT 5 the refusal is the CONNACK's
+// reason code, named in the log.
 func TestUserAndPasswordAuthenticateAgainstMosquitto(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
 		pwfile := filepath.Join(t.TempDir(), "passwd")
@@ -41,7 +45,9 @@ func TestUserAndPasswordAuthenticateAgainstMosquitto(t *testing.T) {
 		for _, creds := range [][2]string{{"plant", "wrong"}, {"", ""}} {
 			bad := config(url)
 			bad.ClientID, bad.User, bad.Password = "mqttclient-refused", creds[0], creds[1]
-			b, err := startClient(bad)
+			logs := &harness.LogBuffer{}
+			log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			b, err := mqttclient.Start(bad, mqttclient.Handlers{}, mqttclient.Options{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,6 +57,9 @@ func TestUserAndPasswordAuthenticateAgainstMosquitto(t *testing.T) {
 			closeClient(t, b)
 			if err == nil {
 				t.Fatalf("a client with user %q and password %q got a connection", creds[0], creds[1])
+			}
+			if bad.ProtocolVersion == mqttclient.V5 && !logs.Contains("CONNACK reason code 0x87: Not authorized") {
+				t.Fatalf("no CONNACK reason code in the log:\n%s", logs)
 			}
 		}
 	})

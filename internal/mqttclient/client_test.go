@@ -211,10 +211,6 @@ func TestConfigValidationNamesTheProblem(t *testing.T) {
 		"connect_timeout":         func(c *mqttclient.Config) { c.ConnectTimeout = 0 },
 		"reconnect_backoff":       func(c *mqttclient.Config) { c.Reconnect.Max = time.Millisecond },
 		"protocol_version":        func(c *mqttclient.Config) { c.ProtocolVersion = "4" },
-		"WebSocket URLs are not supported": func(c *mqttclient.Config) {
-			c.ProtocolVersion = mqttclient.V5
-			c.URLs = []string{"ws://127.0.0.1:8080/mqtt"}
-		},
 	}
 	for want, mutate := range cases {
 		c := config("tcp://127.0.0.1:1883")

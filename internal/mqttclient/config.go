@@ -119,10 +119,10 @@ func ConnectionFields() []*service.ConfigField {
 		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
 		BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
 		service.NewStringEnumField(FieldProtocol, V311, V5).
-			Description("The MQTT protocol version: `3.1.1` or `5`. Every other connection field applies to both, except `" + FieldSessionExpiry + "` (MQTT 5 only). With `5`, the broker's CONNACK limits are honoured (Receive Maximum, Maximum QoS, Retain Available, Maximum Packet Size: a message the broker would refuse is refused before it is sent) and PUBACK/SUBACK reason codes are reported; `ws://` and `wss://` URLs need `3.1.1`.").
+			Description("The MQTT protocol version: `3.1.1` or `5`. Every other connection field applies to both, except `" + FieldSessionExpiry + "` (MQTT 5 only). With `5`, the broker's CONNACK limits are honoured (Receive Maximum, Maximum QoS, Retain Available, Maximum Packet Size: a message the broker would refuse is refused before it is sent) and PUBACK/SUBACK reason codes are reported.").
 			Default(V311).Advanced(),
 		service.NewDurationField(FieldSessionExpiry).
-			Description("MQTT 5 only: how long the broker keeps this client's session (subscriptions and queued messages) after a disconnect; sent in CONNECT in whole seconds. Unset (the default): the session never expires when `clean_session` is false, as a 3.1.1 persistent session, and ends with the connection when `clean_session` is true. `0s` ends it with the connection. Setting it with `protocol_version: 3.1.1` is an error.").
+			Description("MQTT 5 only: how long the broker keeps this client's session (subscriptions and queued messages) after a disconnect; sent in CONNECT in whole seconds. Unset (the default): a persistent session never expires, as in 3.1.1, and a clean session ends with the connection (`reliable_mqtt_in`: `clean_session`; `reliable_mqtt_out`: persistent with a stable client ID, clean without). `0s` ends it with the connection. Setting it with `protocol_version: 3.1.1` is an error.").
 			Optional().Advanced(),
 	}
 }
@@ -218,11 +218,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("urls: %q is not a URL: %w", raw, err)
 		}
 		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "embedded":
-		case "ws", "wss":
-			if c.ProtocolVersion == V5 {
-				return fmt.Errorf("urls: %q: WebSocket URLs are not supported with %s \"5\"; use tcp:// or ssl://, or %s \"3.1.1\"", raw, FieldProtocol, FieldProtocol)
-			}
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss", "embedded":
 		default:
 			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
 		}

@@ -38,10 +38,9 @@ func TestParseConfigReadsProtocolVersionAndSessionExpiry(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"session_expiry_interval: 1h":                             "applies to MQTT 5 only",
-		"protocol_version: \"4\"":                                 "protocol_version",
-		"protocol_version: \"5\"\nsession_expiry_interval: -1s":   "negative",
-		"protocol_version: \"5\"\nurls: [ wss://127.0.0.1/mqtt ]": "WebSocket",
+		"session_expiry_interval: 1h":                           "applies to MQTT 5 only",
+		"protocol_version: \"4\"":                               "protocol_version",
+		"protocol_version: \"5\"\nsession_expiry_interval: -1s": "negative",
 	}
 	for yaml, want := range bad {
 		if _, err := parse(t, yaml); err == nil || !strings.Contains(err.Error(), want) {

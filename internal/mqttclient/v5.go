@@ -668,7 +668,7 @@ func serverLimits(ca *paho.Connack) ServerLimits {
 }
 
 // dialURL opens the network connection for one broker URL: tcp:// (also
-// mqtt://) or ssl:// (also tls://, mqtts://) with tlsConf.
+// mqtt://), ssl:// (also tls://, mqtts://) with tlsConf, ws:// or wss://.
 func dialURL(ctx context.Context, raw string, tlsConf *tls.Config) (net.Conn, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -684,8 +684,12 @@ func dialURL(ctx context.Context, raw string, tlsConf *tls.Config) (net.Conn, er
 		}
 		d := tls.Dialer{Config: tlsConf}
 		return d.DialContext(ctx, "tcp", hostPort(u, "8883"))
+	case "ws":
+		return dialWebSocket(ctx, raw, nil)
+	case "wss":
+		return dialWebSocket(ctx, raw, tlsConf)
 	default:
-		return nil, fmt.Errorf("scheme %q is not supported with protocol_version 5; use tcp:// or ssl://", u.Scheme)
+		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
 	}
 }
 

@@ -271,7 +271,8 @@ func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
 }
 
 // A session with a 1 s expiry interval is gone after 2 s offline: no
-// session present, nothing queued comes.
+// session present, nothing queued comes. The default (SessionExpiryDefault)
+// ends a clean session with its connection and keeps a persistent one.
 func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	cfg := v5config("v5-expiry", m.URL())
@@ -296,7 +297,18 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 		t.Fatalf("%d messages of the expired session arrived", len(msgs))
 	}
 
-	// The control: the same steps with the default (never) keep it.
+	// The default with a clean session: it ends with the connection.
+	clean := v5config("v5-clean", m.URL())
+	clean.CleanSession = true
+	cl := startWith(t, clean, map[string]byte{"e": 1}, nil, mqttclient.Options{})
+	waitReady(t, cl)
+	closeClient(t, cl)
+	clean.CleanSession = false // resume whatever is left
+	if conn := waitReady(t, startWith(t, clean, nil, nil, mqttclient.Options{})); conn.SessionPresent() {
+		t.Fatal("a clean session with the default expiry outlived its connection")
+	}
+
+	// The control: the default without a clean session keeps it.
 	keep := v5config("v5-keep", m.URL())
 	k := startWith(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
 	waitReady(t, k)
@@ -543,30 +555,12 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	publish(t, waitReady(t, c), mqttclient.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
 }
 
-// logBuffer collects a logger's output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The broker's DISCONNECT (here: session taken over, 0x8E, which the
 // embedded broker sends and mosquitto 2.0.11 does not: it closes the
 // socket) loses the Conn and is logged at warn with its code and reason.
 func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "broker")
-	logs := &logBuffer{}
+	logs := &harness.LogBuffer{}
 	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	first := waitReady(t, startWith(t, v5config("v5-twin", "embedded://?dir="+dir), nil, nil, mqttclient.Options{Logger: log}))
 	c, err := mqttclient.Start(v5config("v5-twin", "embedded://?dir="+dir), mqttclient.Handlers{}, mqttclient.Options{})
@@ -581,7 +575,7 @@ func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
 	}
 	closeClient(t, c)
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "level=WARN msg=\"MQTT server sent DISCONNECT with reason code 0x8e: ") {
+	for !logs.Contains("level=WARN msg=\"MQTT server sent DISCONNECT with reason code 0x8e: ") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no warning naming the DISCONNECT's code 0x8e; logged:\n%s", logs)
 		}
