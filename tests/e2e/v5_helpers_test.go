@@ -101,10 +101,9 @@ func v5Payloads(t *testing.T, n, size int) (path string, payloads [][]byte) {
 
 // v5Broker is a broker a chain runs on: mosquitto, or an embedded broker
 // served by a process of its own (so a killed bridge does not take it
-// down). addr is host:port.
+// down).
 type v5Broker struct {
-	name string
-	addr string
+	addr string // host:port
 }
 
 func (b v5Broker) url() string { return "tcp://" + b.addr }
@@ -116,10 +115,10 @@ var v5BrokerKinds = []struct {
 }{
 	{"mosquitto", func(t *testing.T) v5Broker {
 		m := harness.StartMosquitto(t, harness.MosquittoOptions{DurableOnKill: true, MaxInflight: 100})
-		return v5Broker{"mosquitto", m.Addr()}
+		return v5Broker{m.Addr()}
 	}},
 	{"embedded", func(t *testing.T) v5Broker {
-		return v5Broker{"embedded", v5EmbeddedHost(t, "")}
+		return v5Broker{v5EmbeddedHost(t, "")}
 	}},
 }
 
