@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
 // outboxLive names the metrics that show a running output's backlog.
@@ -136,17 +137,23 @@ func outboxStat(c *cli.Context) error {
 }
 
 type recordJSON struct {
-	Seq           uint64    `json:"seq"`
-	EventID       string    `json:"event_id"`
-	Topic         string    `json:"topic"`
-	Enqueued      time.Time `json:"enqueued"`
-	Size          int       `json:"size"`
-	Payload       *string   `json:"payload,omitempty"`        // the payload, when it is UTF-8
-	PayloadBase64 string    `json:"payload_base64,omitempty"` // otherwise
+	Seq           uint64          `json:"seq"`
+	EventID       string          `json:"event_id"`
+	Topic         string          `json:"topic"`
+	Properties    json.RawMessage `json:"mqtt5_properties,omitempty"` // what the record publishes with MQTT 5
+	Enqueued      time.Time       `json:"enqueued"`
+	Size          int             `json:"size"`
+	Payload       *string         `json:"payload,omitempty"`        // the payload, when it is UTF-8
+	PayloadBase64 string          `json:"payload_base64,omitempty"` // otherwise
 }
 
 func toJSON(r outbox.Record, withPayload bool) recordJSON {
-	j := recordJSON{Seq: r.Seq, EventID: r.EventID, Topic: r.Topic, Enqueued: r.Enqueued.UTC(), Size: len(r.Payload)}
+	j := recordJSON{Seq: r.Seq, EventID: r.EventID, Enqueued: r.Enqueued.UTC(), Size: len(r.Payload)}
+	var props string
+	j.Topic, props = properties.SplitStored(r.Topic)
+	if props != "" {
+		j.Properties = json.RawMessage(props)
+	}
 	if !withPayload {
 		return j
 	}
@@ -192,7 +199,8 @@ func outboxList(c *cli.Context) error {
 			if asJSON {
 				return writeJSONLine(out, toJSON(r, false))
 			}
-			_, err = fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", r.Seq, r.EventID, r.Topic, len(r.Payload), now.Sub(r.Enqueued).Round(time.Millisecond))
+			topic, _ := properties.SplitStored(r.Topic)
+			_, err = fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", r.Seq, r.EventID, topic, len(r.Payload), now.Sub(r.Enqueued).Round(time.Millisecond))
 			return err
 		})
 		if err != nil && !errors.Is(err, errStop) {
@@ -316,7 +324,8 @@ func outboxPurge(c *cli.Context) error {
 				return fmt.Errorf("outbox purge: %w; nothing removed", err)
 			}
 			if r.Enqueued.Before(cutoff) {
-				targets = append(targets, purgeTarget{r.Seq, r.EventID, r.Topic, r.Enqueued})
+				topic, _ := properties.SplitStored(r.Topic)
+				targets = append(targets, purgeTarget{r.Seq, r.EventID, topic, r.Enqueued})
 			}
 			return nil
 		})
@@ -365,7 +374,8 @@ func findByEventID(tx *bolt.Tx, path string, ids []string, targets *[]purgeTarge
 		}
 		for i := range *targets {
 			if (*targets)[i].Seq == r.Seq {
-				(*targets)[i].Topic, (*targets)[i].Enqueued = r.Topic, r.Enqueued
+				(*targets)[i].Topic, _ = properties.SplitStored(r.Topic)
+				(*targets)[i].Enqueued = r.Enqueued
 			}
 		}
 		return nil

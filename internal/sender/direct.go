@@ -2,6 +2,7 @@ package sender
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -99,6 +100,7 @@ type Message struct {
 	Topic   string
 	Payload []byte
 	Retain  bool
+	Props   *mqttclient.Properties // MQTT 5 only
 }
 
 // Send publishes rec and returns once it is confirmed, or an error after
@@ -117,8 +119,12 @@ func (d *Direct) Send(ctx context.Context, rec Message) error {
 	}
 	start := time.Now()
 	d.m.OnPublished()
-	if err := conn.Publish(pubCtx, mqttclient.Publication{Topic: rec.Topic, QoS: 1, Retained: rec.Retain, Payload: rec.Payload}); err != nil {
+	if err := conn.Publish(pubCtx, publication(rec, d.s)); err != nil {
 		d.m.OnRetried()
+		var rc *mqttclient.ReasonCodeError
+		if errors.As(err, &rc) {
+			return publishFailed(d.m, rec.EventID, rec.Topic, err)
+		}
 		return fmt.Errorf("event %s: publish to %q not confirmed: %w", rec.EventID, rec.Topic, err)
 	}
 	if acked != nil {

@@ -26,6 +26,10 @@ type Config struct {
 	AckTimeout     time.Duration // wait for an end-to-end ACK
 	Retained       bool          // the retain flag of outbox records
 	Retry          mqttclient.Backoff
+	// RequireSubscribers sets Publication.RequireSubscribers: on MQTT 5 a
+	// PUBACK 0x10 (no matching subscribers) fails the publish, so the
+	// record stays and is resent after the retry backoff.
+	RequireSubscribers bool
 }
 
 // Logger is what the sender logs through (Benthos's *service.Logger fits).
@@ -42,6 +46,9 @@ type Metrics interface {
 	SetConnected(bool)
 	// OnIgnoredACK counts an ACK that confirmed nothing, by reason.
 	OnIgnoredACK(reason string)
+	// OnReasonCode counts an MQTT 5 PUBACK reason code that failed a
+	// publish (0x80 or more; 0x10 with RequireSubscribers).
+	OnReasonCode(code byte)
 }
 
 // Sender publishes the outbox oldest first and removes what is confirmed.
@@ -130,7 +137,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 	if sd.s.EndToEnd {
 		wait, what = sd.s.AckTimeout, "ACK on "+sd.s.AckTopic
 	}
-	w := newWindow(sd.s.Window, wait)
+	w := newWindow(windowSize(sd.s.Window, conn.Limits()), wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
@@ -142,7 +149,11 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
-		tok := conn.PublishAsync(mqttclient.Publication{Topic: r.Topic, QoS: 1, Retained: sd.s.Retained, Payload: r.Payload})
+		pub, err := recordPublication(r, sd.s)
+		if err != nil {
+			return failedToken{fmt.Errorf("event %s (outbox seq %d): %w", r.EventID, r.Seq, err)}
+		}
+		tok := conn.PublishAsync(pub)
 		sd.m.OnPublished()
 		return tok
 	}
@@ -158,29 +169,33 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		}
 
 		// The broker PUBACKs one client's publishes in order, so waiting on
-		// the oldest token is enough; newer ones are collected behind it.
-		// A failed token means a lost connection, which ends the session
-		// in either mode, so end_to_end need not watch tokens at all.
+		// the oldest unread token is enough; newer ones are collected
+		// behind it. With end_to_end a PUBACK confirms nothing, but a
+		// failed one (a lost connection, an MQTT 5 reason code) ends the
+		// session just the same.
 		var timeout <-chan time.Time
-		var oldestPuback <-chan struct{}
+		var nextPuback <-chan struct{}
 		if f := w.oldest(); f != nil {
 			timer.Reset(time.Until(f.deadline))
 			timeout = timer.C
-			if !sd.s.EndToEnd {
-				oldestPuback = f.tok.Done()
-			}
+		}
+		if f := w.nextUnread(); f != nil {
+			nextPuback = f.tok.Done()
 		}
 		select {
 		case <-ctx.Done():
 			return progress, ctx.Err()
 		case <-conn.Lost():
 			return progress, errors.New("connection lost")
-		case <-oldestPuback:
-			for f := w.oldest(); f != nil && tokenDone(f.tok); f = w.oldest() {
+		case <-nextPuback:
+			for f := w.nextUnread(); f != nil && tokenDone(f.tok); f = w.nextUnread() {
+				w.read()
 				if err := f.tok.Error(); err != nil {
-					return progress, fmt.Errorf("publishing event %s to %q failed: %w", f.rec.EventID, f.rec.Topic, err)
+					return progress, publishFailed(sd.m, f.rec.EventID, plainTopic(f.rec.Topic), err)
 				}
-				confirm(f)
+				if !sd.s.EndToEnd {
+					confirm(f)
+				}
 			}
 		case <-sd.acks.signal:
 			for _, id := range sd.acks.drain() {

@@ -29,6 +29,7 @@ type flight struct {
 	sentAt   time.Time
 	deadline time.Time
 	elem     *list.Element
+	done     bool // confirmed: an end-to-end ACK can come before its PUBACK is read
 }
 
 // source is where a window reads records, oldest first: the outbox.
@@ -53,10 +54,24 @@ type window struct {
 	inflight *list.List    // of *flight, oldest first
 	byID     map[string]*flight
 	cursor   uint64 // Seq of the last record read; 0 = from the oldest
+	// unread are the flights whose publish token has not been read yet, in
+	// publish order, which is the order the broker PUBACKs them in. With
+	// confirm: broker it holds the same flights as inflight.
+	unread []*flight
 }
 
 func newWindow(size int, wait time.Duration) *window {
 	return &window{size: size, wait: wait, inflight: list.New(), byID: map[string]*flight{}}
+}
+
+// windowSize is the window of a session: the configured size, never more
+// than the server's Receive Maximum (MQTT 5 §3.2.2.3.3: a client must not
+// have more unacknowledged QoS 1 publishes than that).
+func windowSize(configured int, l mqttclient.ServerLimits) int {
+	if rm := int(l.ReceiveMaximum); rm > 0 && rm < configured {
+		return rm
+	}
+	return configured
 }
 
 // len is the number of records in flight.
@@ -84,6 +99,7 @@ func (w *window) refill(src source, skip func(seq uint64) bool, publish func(out
 			f.elem = w.inflight.PushBack(f)
 			w.byID[r.EventID] = f
 			f.tok = publish(r)
+			w.unread = append(w.unread, f)
 		}
 		if corrupt != nil {
 			onCorrupt(corrupt)
@@ -112,4 +128,24 @@ func (w *window) lookup(id string) *flight { return w.byID[id] }
 func (w *window) remove(f *flight) {
 	w.inflight.Remove(f.elem)
 	delete(w.byID, f.rec.EventID)
+	f.done = true
+}
+
+// nextUnread is the oldest flight whose publish token is still to be read
+// and that is not confirmed yet, or nil.
+func (w *window) nextUnread() *flight {
+	for len(w.unread) > 0 && w.unread[0].done {
+		w.unread[0] = nil
+		w.unread = w.unread[1:]
+	}
+	if len(w.unread) == 0 {
+		return nil
+	}
+	return w.unread[0]
+}
+
+// read marks the token of nextUnread as read.
+func (w *window) read() {
+	w.unread[0] = nil
+	w.unread = w.unread[1:]
 }

@@ -179,6 +179,7 @@ func TestNewWindowResendsFromOldestUnconfirmed(t *testing.T) {
 type testMetrics struct {
 	mu      sync.Mutex
 	ignored map[string]int
+	codes   map[byte]int
 }
 
 func (m *testMetrics) OnPublished()               {}
@@ -186,6 +187,7 @@ func (m *testMetrics) OnConfirmed(time.Duration)  {}
 func (m *testMetrics) OnRetried()                 {}
 func (m *testMetrics) SetConnected(bool)          {}
 func (m *testMetrics) OnIgnoredACK(reason string) { m.mu.Lock(); m.ignored[reason]++; m.mu.Unlock() }
+func (m *testMetrics) OnReasonCode(code byte)     { m.mu.Lock(); m.codes[code]++; m.mu.Unlock() }
 
 type testLog struct{ lines []string }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -28,6 +30,21 @@ func mustAck(t *testing.T, id string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// ackExpectFirstACK acknowledges a decoded message and waits for the first
+// end-to-end ACK on acks, which must be the canonical ACK of id.
+func ackExpectFirstACK(t *testing.T, ack service.AckFunc, acks *harness.Subscriber, id string) {
+	t.Helper()
+	if err := ack(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !acks.WaitCount(1, 5*time.Second) {
+		t.Fatal("no ACK published to ack_topic")
+	}
+	if got, want := string(acks.Messages()[0].Payload), mustAck(t, id); got != want {
+		t.Fatalf("ACK = %s, want %s", got, want)
+	}
 }
 
 // An ingress envelope becomes its inner payload with event_id and
@@ -62,15 +79,7 @@ func TestIngressEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 	if meta(msg, metaEventID) != "ev-1" || meta(msg, metaDestTopic) != "dest/x" {
 		t.Fatalf("event_id = %q, destination_topic = %q", meta(msg, metaEventID), meta(msg, metaDestTopic))
 	}
-	if err := ack(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if !acks.WaitCount(1, 5*time.Second) {
-		t.Fatal("no ACK published to ack_topic")
-	}
-	if got, want := string(acks.Messages()[0].Payload), mustAck(t, "ev-1"); got != want {
-		t.Fatalf("ACK = %s, want %s", got, want)
-	}
+	ackExpectFirstACK(t, ack, acks, "ev-1")
 
 	for _, raw := range malformed {
 		msg, ack := ti.read()

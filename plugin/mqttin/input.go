@@ -48,6 +48,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
@@ -65,9 +66,10 @@ const (
 	fieldRetry             = "retry_backoff"
 	fieldOnMalformed       = "on_malformed"
 
-	envelopeNone     = "none"
-	envelopeIngress  = "ingress"
-	envelopeDelivery = "delivery"
+	envelopeNone       = "none"
+	envelopeIngress    = "ingress"
+	envelopeDelivery   = "delivery"
+	envelopeProperties = "properties"
 
 	malformedDrop = "drop"
 	malformedFlag = "flag"
@@ -110,9 +112,13 @@ Each delivery attempt carries a hook list in the message's context (Go package `
 
 ### Metadata
 
-`+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes.
+`+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes. MQTT 5 messages add their properties: each user property as `+"`mqtt_user_property_<name>`"+` (a string; a name that occurs more than once gives the list of its values in arrival order, as structured metadata: `+"`@mqtt_user_property_<name>`"+` is the list), `+"`mqtt_content_type`, `mqtt_response_topic`, `mqtt_correlation_data`"+` (its bytes as they are) and `+"`mqtt_message_expiry`"+` (the remaining interval the broker sent, in whole seconds: `+"`90s`"+`), each only when present.
 
-Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.`).
+Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.
+
+### MQTT 3.1.1 and MQTT 5
+
+Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` reads the event ID from user properties and leaves the payload bytes alone; received properties become metadata (above); `+"`receive_buffer_size`"+` is sent as Receive Maximum; `+"`session_expiry_interval`"+` bounds how long the broker keeps the session.`).
 		Fields(mqttclient.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
@@ -128,7 +134,7 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 				Description("The QoS to subscribe with: 0, 1 or 2. A message arrives at the lower of its publish QoS and this one; only QoS 1 and 2 survive a crash.").
 				Default(1),
 			service.NewIntField(fieldReceiveBuffer).
-				Description("How many received messages may wait for the pipeline to read them. QoS 1/2 messages beyond it wait unacknowledged (the broker's in-flight window bounds them); QoS 0 messages beyond it are dropped, oldest first, with a warning.").
+				Description("How many received messages may wait for the pipeline to read them. QoS 1/2 messages beyond it wait unacknowledged (the broker's in-flight window bounds them); QoS 0 messages beyond it are dropped, oldest first, with a warning. With MQTT 5 it is also sent as Receive Maximum (capped at 65535): the broker may have that many QoS 1/2 messages unacknowledged at once (on 3.1.1 the broker decides alone, e.g. mosquitto's `max_inflight_messages`, 20 by default).").
 				Default(1000).Advanced(),
 			service.NewDurationField(fieldReplayTimeout).
 				Description("How long, from the first held message, unmatched messages of a resumed session are held before they are dropped locally without acknowledgement.").
@@ -137,16 +143,17 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 				Description("At most this many unmatched messages are held per connection during startup replay; one more closes the connection fail-closed, acknowledging nothing. 0 means unbounded.").
 				Default(1000).Advanced(),
 			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
-				envelopeNone:     "Deliver the payload bytes unchanged.",
-				envelopeIngress:  "Decode a reliomq v1 ingress envelope: body = inner payload, metadata `event_id` and `destination_topic`.",
-				envelopeDelivery: "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
-			}).Description("How the payload is decoded. What happens to a malformed envelope is set by `on_malformed`.").Default(envelopeNone),
+				envelopeNone:       "Deliver the payload bytes unchanged.",
+				envelopeIngress:    "Decode a reliomq v1 ingress envelope: body = inner payload, metadata `event_id` and `destination_topic`.",
+				envelopeDelivery:   "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
+				envelopeProperties: "MQTT 5 only (`protocol_version: \"5\"`): the payload bytes are the body, unchanged; metadata `event_id` from the user property `event_id` (required) and `destination_topic` from the user property `destination_topic` (when present), as `reliable_mqtt_out` with `envelope: properties` sends them. A message without `event_id`, with an invalid one, or with either property twice is malformed.",
+			}).Description("How the payload is decoded. What happens to a malformed envelope is set by `on_malformed`. The reliomq v1 envelopes work on both protocol versions.").Default(envelopeNone),
 			service.NewStringAnnotatedEnumField(fieldOnMalformed, map[string]string{
 				malformedDrop: "Acknowledge the source message and drop it, with a warning naming its topic and the defect, counted in `reliable_mqtt_in_malformed_envelopes`. It never reaches the pipeline, so it cannot be forwarded as if it were valid, and it cannot stall the broker's in-flight window.",
 				malformedFlag: "Deliver it unchanged, flagged with an error, without `event_id` or `destination_topic`: route it with a `switch` output on `errored()` (e.g. to a dead-letter topic). `reliable_mqtt_out` refuses a flagged message, and a message the pipeline never acknowledges is delivered again.",
-			}).Description("With `envelope: ingress` or `delivery`: what to do with a payload that is not a valid reliomq v1 envelope. It never produces an end-to-end ACK.").Default(malformedDrop),
+			}).Description("With `envelope: ingress`, `delivery` or `properties`: what to do with a message that is not a valid envelope. It never produces an end-to-end ACK.").Default(malformedDrop),
 			service.NewStringField(fieldAckTopic).
-				Description("When set (requires `envelope: ingress` or `delivery`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
+				Description("When set (requires `envelope: ingress`, `delivery` or `properties`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
 		).
 		Fields(mqttclient.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
@@ -257,9 +264,14 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery); err != nil {
+	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
 		return s, err
 	}
+	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
+		return s, errors.New("envelope: properties needs MQTT 5: set protocol_version: \"5\" (the broker must speak it), or use envelope: ingress or delivery")
+	}
+	// Receive Maximum: as many unacknowledged messages as can wait here.
+	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
 	onMalformed, err := mqttclient.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
 	if err != nil {
 		return s, err
@@ -270,7 +282,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	if s.ackTopic != "" {
 		if s.envelope == envelopeNone {
-			return s, errors.New("ack_topic needs envelope: ingress or delivery, since only a decoded envelope carries the event_id to acknowledge")
+			return s, errors.New("ack_topic needs envelope: ingress, delivery or properties, since only a decoded envelope carries the event_id to acknowledge")
 		}
 		if err := envelope.CheckPublishTopic(s.ackTopic); err != nil {
 			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
@@ -434,6 +446,12 @@ func (i *input) decode(m inbox.Message) *decoded {
 			return &decoded{body: payload, err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", m.Topic(), err)}
 		}
 		return &decoded{body: del.Payload, eventID: del.EventID}
+	case envelopeProperties:
+		env, err := properties.Read(propsOf(m))
+		if err != nil {
+			return &decoded{body: payload, err: fmt.Errorf("message on topic %q has no valid event ID in its MQTT 5 user properties: %w", m.Topic(), err)}
+		}
+		return &decoded{body: payload, eventID: env.EventID, destTopic: env.DestTopic}
 	default:
 		return &decoded{body: payload}
 	}
@@ -475,6 +493,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.Msg.Retained()))
 	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
 	msg.MetaSetMut(metaSubscription, d.Sub)
+	properties.Metadata(propsOf(d.Msg), msg.MetaSetMut)
 	if dec.eventID != "" {
 		msg.MetaSetMut(metaEventID, dec.eventID)
 	}
@@ -595,4 +614,13 @@ func (i *input) Close(ctx context.Context) error {
 		return nil
 	}
 	return client.Close(ctx)
+}
+
+// propsOf returns the MQTT 5 properties of a received message (nil on
+// 3.1.1); every message the client delivers is an mqttclient.Message.
+func propsOf(m inbox.Message) *mqttclient.Properties {
+	if pm, ok := m.(interface{ Properties() *mqttclient.Properties }); ok {
+		return pm.Properties()
+	}
+	return nil
 }

@@ -168,11 +168,11 @@ func (o *output) Write(ctx context.Context, msg *service.Message) error {
 		return err
 	}
 	if d != nil {
-		return d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain})
+		return d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain, Props: rec.props})
 	}
 	// A participant that finds the event already applied returns
 	// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload,
+	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.storedTopic(), Payload: rec.payload,
 		Participants: commit.ParticipantsFor(msg.Context(), ob.Path())}
 	if _, err := ob.Append(ctx, entry); err != nil {
 		return fmt.Errorf("event %s not stored in outbox %s: %w", rec.eventID, ob.Path(), err)

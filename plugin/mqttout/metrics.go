@@ -2,6 +2,7 @@ package mqttout
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ type metrics struct {
 	latency      *service.MetricTimer
 	connected    *service.MetricGauge
 	damaged      *service.MetricGauge // records moved aside as damaged, kept in the file
+	reasonCodes  *service.MetricCounter
 
 	// Totals for the periodic log line.
 	nPublished, nConfirmed atomic.Int64
@@ -38,6 +40,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		latency:      m.NewTimer("reliable_mqtt_out_confirm_latency_ns"),
 		connected:    m.NewGauge("reliable_mqtt_out_connected"),
 		damaged:      m.NewGauge("reliable_mqtt_out_damaged_records"),
+		reasonCodes:  m.NewCounter("reliable_mqtt_out_puback_reason_codes", "code"),
 	}
 }
 
@@ -51,6 +54,7 @@ func (m *metrics) OnConfirmed(latency time.Duration) {
 	m.latency.Timing(latency.Nanoseconds())
 }
 func (m *metrics) OnIgnoredACK(reason string) { m.ignored.Incr(1, reason) }
+func (m *metrics) OnReasonCode(code byte)     { m.reasonCodes.Incr(1, fmt.Sprintf("0x%02x", code)) }
 func (m *metrics) SetConnected(up bool) {
 	if up {
 		m.connected.Set(1)

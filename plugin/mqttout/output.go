@@ -45,11 +45,16 @@ const (
 	fieldMaxPayloadBytes = "max_payload_bytes"
 	fieldStatsInterval   = "stats_interval"
 	fieldRetained        = "retained"
+	fieldUserProperties  = "user_properties"
+	fieldContentType     = "content_type"
+	fieldMessageExpiry   = "message_expiry"
+	fieldRequireSubs     = "require_subscribers"
 
-	confirmBroker    = "broker"
-	confirmEndToEnd  = "end_to_end"
-	envelopeNone     = "none"
-	envelopeDelivery = "delivery"
+	confirmBroker      = "broker"
+	confirmEndToEnd    = "end_to_end"
+	envelopeNone       = "none"
+	envelopeDelivery   = "delivery"
+	envelopeProperties = "properties"
 )
 
 func outputSpec() *service.ConfigSpec {
@@ -77,7 +82,11 @@ An outbox path that can never work (a directory, a path below a file, a file tha
 
 Use `+"`buffer: none`"+` (the default) in reliable pipelines: a buffer acknowledges the input before this output has the message.
 
-With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.`).
+With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configuration: without it every confirmation round trip can wait tens of milliseconds for Nagle's algorithm.
+
+### MQTT 3.1.1 and MQTT 5
+
+Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` carries the event ID (and, with `+"`confirm: end_to_end`"+`, the destination topic) as user properties and leaves the payload bytes alone; a PUBACK reason code of 0x80 or more fails the publish (the record stays and is resent after `+"`retry_backoff`"+`; counted in `+"`reliable_mqtt_out_puback_reason_codes{code}`"+`); `+"`require_subscribers`"+` treats 0x10 (no matching subscribers) the same way; the window never exceeds the server's Receive Maximum.`).
 		Fields(mqttclient.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
@@ -90,7 +99,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 				Description("Publish with the retain flag: `true`, `false`, or (with `outbox.enabled: false`) an interpolation per message that yields one of them, e.g. `${! meta(\"retain\").or(\"false\") }`. The outbox stores no per-record flag, so with the outbox on it must be a constant (which applies to the records still pending when a process starts with another value). Not allowed with `confirm: end_to_end`: a retained envelope would reach every new subscriber of `data_topic` again. There is no `qos` field: records are published at QoS 1, the only level whose acknowledgement confirms a record — QoS 0 has none (a message lost on the way would be deleted as sent), and QoS 2's extra round trip adds nothing the event ID does not already give the consumer.").
 				Default("false").Advanced(),
 			service.NewInterpolatedStringField(fieldEventID).
-				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic and payload are identical and fails when they differ. Benthos interpolates missing metadata as the string `null`; such a message is refused (a permanent failure) and nothing is published: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
+				Description("The message's stable ID (`^[A-Za-z0-9_-]{1,128}$`). When it evaluates to an empty string a new 32-character hex ID is generated once, stored with the record and never regenerated. A write whose event ID is already pending is idempotent when topic, payload and (MQTT 5) properties are identical and fails when they differ. Benthos interpolates missing metadata as the string `null`; such a message is refused (a permanent failure) and nothing is published: write `${! meta(\"event_id\").or(\"\") }` to fall back to a generated ID.").
 				Default("").
 				Example(`${! meta("event_id").or("") }`),
 			service.NewStringAnnotatedEnumField(fieldConfirm, map[string]string{
@@ -107,9 +116,22 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 		Fields(mqttclient.AckAuthFields("With `confirm: end_to_end`, an ACK confirms a record only when its `auth` is the HMAC-SHA256 of the event ID under this key; any other ACK is ignored and counted in `reliable_mqtt_out_acks_ignored{reason=\"unauthenticated\"}`.")...).
 		Fields(
 			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
-				envelopeNone:     "Publish the payload bytes unchanged.",
-				envelopeDelivery: "Wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate.",
-			}).Description("With `confirm: broker`: how the payload is published.").Default(envelopeNone),
+				envelopeNone:       "With `confirm: broker`, publish the payload bytes unchanged; with `confirm: end_to_end`, the reliomq v1 ingress envelope (JSON payloads only). Both protocol versions.",
+				envelopeDelivery:   "With `confirm: broker`: wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate. Both protocol versions.",
+				envelopeProperties: "MQTT 5 only (`protocol_version: \"5\"`): publish the payload bytes unchanged, any bytes, with the event ID as the user property `event_id`; with `confirm: end_to_end` the message goes to `data_topic` with the destination topic as the user property `destination_topic`, and a `reliable_mqtt_in` with `envelope: properties` reads both.",
+			}).Description("How the event ID travels with the payload.").Default(envelopeNone),
+			service.NewInterpolatedStringMapField(fieldUserProperties).
+				Description("MQTT 5 only: user properties to publish with each message, name to interpolated value (stored with the record). The names `event_id` and `destination_topic` are reserved for `envelope: properties`.").
+				Default(map[string]any{}).Example(map[string]any{"site": `${! meta("site") }`}).Advanced(),
+			service.NewInterpolatedStringField(fieldContentType).
+				Description("MQTT 5 only: the content type property of each message (interpolated; empty: none).").
+				Default("").Example("application/json").Advanced(),
+			service.NewInterpolatedStringField(fieldMessageExpiry).
+				Description("MQTT 5 only: the message expiry interval of each message, a duration in whole seconds (`90s`, `1h`) or a number of seconds (interpolated; empty: the message does not expire). The broker discards the message when it has not been delivered within the interval, counted from each publish: time spent in the outbox does not count, and a resend starts it again.").
+				Default("").Example("1h").Advanced(),
+			service.NewBoolField(fieldRequireSubs).
+				Description("MQTT 5 only, with `confirm: broker`: a PUBACK with reason code 0x10 (no matching subscribers) does not confirm the record: it stays in the outbox and is published again after `retry_backoff`, holding up the records behind it (FIFO), until a subscriber exists (direct mode: the write fails and is retried upstream). Not allowed with `confirm: end_to_end`, where only the receiver's ACK confirms a record anyway. It helps only with brokers that send 0x10 (mosquitto does).").
+				Default(false).Advanced(),
 			service.NewObjectField(fieldOutbox,
 				service.NewBoolField(fieldOutboxEnabled).Description("Keep messages in a durable outbox until confirmed. When false, `Write` waits for the confirmation itself (direct mode).").Default(true),
 				service.NewStringField(fieldOutboxPath).Description("Path of the bbolt outbox file (required when enabled). One process owns it; it may be shared with a `dedup_ledger` of the same pipeline so that both commit in one transaction.").Default("").Example("./data/outbox.db"),
@@ -136,7 +158,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 			service.NewOutputMaxInFlightField().Default(64),
 		).
 		LintRule(`root = match {
-  this.confirm == "end_to_end" && this.envelope == "delivery" => [ "envelope: delivery applies to confirm: broker; end_to_end always sends the ingress envelope" ],
+  this.confirm == "end_to_end" && this.envelope == "delivery" => [ "envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)" ],
   this.outbox.enabled && this.outbox.path == "" => [ "outbox.path is required while outbox.enabled is true" ],
 }`).
 		Example("Durable publisher", "Generate readings and publish them through the outbox on the embedded broker.", `
@@ -188,6 +210,8 @@ type settings struct {
 	retainedConst   bool
 	endToEnd        bool
 	deliveryEnv     bool
+	propertiesEnv   bool // envelope: properties (MQTT 5)
+	v5              v5Fields
 	dataTopic       string
 	ackTopic        string
 	ackAuthKeys     [][]byte // nil: ACKs are not authenticated
@@ -212,6 +236,8 @@ func (s *settings) senderConfig() sender.Config {
 		AckTimeout:     s.ackTimeout,
 		Retained:       s.retainedConst,
 		Retry:          s.retry,
+
+		RequireSubscribers: s.v5.requireSubscribers,
 	}
 }
 
@@ -239,13 +265,17 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	s.endToEnd = confirm == confirmEndToEnd
-	env, err := mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery)
+	env, err := mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
 	if err != nil {
 		return s, err
 	}
 	s.deliveryEnv = env == envelopeDelivery
+	s.propertiesEnv = env == envelopeProperties
 	if s.endToEnd && s.deliveryEnv {
-		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end always sends the ingress envelope")
+		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)")
+	}
+	if s.v5, err = parseV5Fields(conf, s.client.ProtocolVersion, s.propertiesEnv, s.endToEnd); err != nil {
+		return s, err
 	}
 	if s.dataTopic, err = conf.FieldString(fieldDataTopic); err != nil {
 		return s, err

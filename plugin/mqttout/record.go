@@ -7,6 +7,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
 // record is a message in the form it is published: what the outbox stores
@@ -16,7 +18,12 @@ type record struct {
 	topic   string // the publish topic: data_topic for end_to_end
 	payload []byte // the publish payload, enveloped if configured
 	retain  bool   // direct mode: the message's retain flag
+	props   *mqttclient.Properties
 }
+
+// storedTopic is the record's topic field in the outbox: the topic, and
+// its MQTT 5 properties if any.
+func (r record) storedTopic() string { return properties.StoreTopic(r.topic, r.props) }
 
 // buildRecord resolves topic and event ID and encodes the payload. Every
 // rejection happens here, before anything is stored, with an error that
@@ -60,7 +67,15 @@ func (o *output) encode(msg *service.Message) (record, error) {
 	}
 
 	rec := record{eventID: id, topic: topic, payload: raw}
+	if rec.props, err = o.s.v5.props(msg); err != nil {
+		return record{}, fmt.Errorf("event %s for topic %q: %w", id, topic, err)
+	}
 	switch {
+	case o.s.propertiesEnv && o.s.endToEnd:
+		rec.topic = o.s.dataTopic
+		rec.props = properties.Stamp(rec.props, id, topic)
+	case o.s.propertiesEnv:
+		rec.props = properties.Stamp(rec.props, id, "")
 	case o.s.endToEnd:
 		rec.topic = o.s.dataTopic
 		rec.payload, err = envelope.EncodeIngress(id, topic, raw)

@@ -1,0 +1,56 @@
+package sender
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
+)
+
+// failedToken is a publish refused before it was sent.
+type failedToken struct{ err error }
+
+func (failedToken) Done() <-chan struct{} { return closedChan }
+func (t failedToken) Error() error        { return t.err }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// recordPublication is the publish of an outbox record: its topic field
+// may carry MQTT 5 properties (see properties.StoreTopic).
+func recordPublication(r outbox.Record, c Config) (mqttclient.Publication, error) {
+	topic, props, err := properties.LoadTopic(r.Topic)
+	if err != nil {
+		return mqttclient.Publication{}, err
+	}
+	return publication(Message{Topic: topic, Payload: r.Payload, Retain: c.Retained, Props: props}, c), nil
+}
+
+// publication is the QoS 1 publish of m. The transport refuses what the
+// server's CONNACK does not allow (Maximum QoS, Retain Available, Maximum
+// Packet Size) before sending it, and the record stays.
+func publication(m Message, c Config) mqttclient.Publication {
+	return mqttclient.Publication{Topic: m.Topic, QoS: 1, Retained: m.Retain, Payload: m.Payload,
+		Props: m.Props, RequireSubscribers: c.RequireSubscribers}
+}
+
+// publishFailed counts an MQTT 5 reason code that failed a publish; the
+// error names the event, the topic and the code.
+func publishFailed(m Metrics, eventID, topic string, err error) error {
+	var rc *mqttclient.ReasonCodeError
+	if !errors.As(err, &rc) {
+		return fmt.Errorf("publishing event %s to %q failed: %w", eventID, topic, err)
+	}
+	m.OnReasonCode(rc.Code)
+	if rc.Code == mqttclient.ReasonNoMatchingSubscribers {
+		return fmt.Errorf("event %s: no subscriber matches topic %q (PUBACK 0x10, require_subscribers: true)", eventID, topic)
+	}
+	return fmt.Errorf("event %s: the broker refused the publish to %q (%w)", eventID, topic, err)
+}
+
+// plainTopic is the publish topic of a record's topic field.
+func plainTopic(stored string) string {
+	topic, _, _ := properties.LoadTopic(stored)
+	return topic
+}
