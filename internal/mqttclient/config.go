@@ -118,8 +118,10 @@ func ConnectionFields() []*service.ConfigField {
 			service.NewBoolField(FieldWillRetained).Description("Whether the last will is retained.").Default(false),
 		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
 		BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
-		service.NewStringEnumField(FieldProtocol, V311, V5).
-			Description("The MQTT protocol version: `3.1.1` or `5`. Every other connection field applies to both, except `" + FieldSessionExpiry + "` (MQTT 5 only). With `5`, the broker's CONNACK limits are honoured (Receive Maximum, Maximum QoS, Retain Available, Maximum Packet Size: a message the broker would refuse is refused before it is sent) and PUBACK/SUBACK reason codes are reported.").
+		// A plain string, not an enum field: Benthos's linter reads an
+		// option with dots as a path, so it would refuse "3.1.1".
+		service.NewStringField(FieldProtocol).
+			Description("The MQTT protocol version: `\"3.1.1\"` or `\"5\"` (quoted, as YAML would otherwise read a number). Every other connection field applies to both, except `" + FieldSessionExpiry + "` (MQTT 5 only). With `5`, the broker's CONNACK limits are honoured (Receive Maximum, Maximum QoS, Retain Available, Maximum Packet Size: a message the broker would refuse is refused before it is sent) and PUBACK/SUBACK reason codes are reported.").
 			Default(V311).Advanced(),
 		service.NewDurationField(FieldSessionExpiry).
 			Description("MQTT 5 only: how long the broker keeps this client's session (subscriptions and queued messages) after a disconnect; sent in CONNECT in whole seconds. Unset (the default): a persistent session never expires, as in 3.1.1, and a clean session ends with the connection (`reliable_mqtt_in`: `clean_session`; `reliable_mqtt_out`: persistent with a stable client ID, clean without). `0s` ends it with the connection. Setting it with `protocol_version: 3.1.1` is an error.").

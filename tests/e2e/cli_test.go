@@ -134,3 +134,38 @@ func TestExampleConfigUnitTestsPassOnEveryRun(t *testing.T) {
 		t.Fatalf("%d configs with unit tests in config/, want ledger_notify.yaml and ledger_relay.yaml at least", tested)
 	}
 }
+
+// protocol_version passes the linter with each version it names, and a
+// version it does not name stops the process at start with the field named.
+func TestProtocolVersionLintsAndRefusesOthers(t *testing.T) {
+	dir := t.TempDir()
+	config := func(version string) string {
+		path := filepath.Join(dir, "v"+version+".yaml")
+		text := `http: {enabled: false}
+input:
+  reliable_mqtt_in:
+    urls: ["tcp://127.0.0.1:1"]
+    client_id: lint-in
+    topics: ["a/b"]
+    protocol_version: "` + version + `"
+output:
+  reliable_mqtt_out:
+    urls: ["tcp://127.0.0.1:1"]
+    topic: c/d
+    outbox: {path: ` + filepath.Join(dir, "outbox.db") + `}
+    protocol_version: "` + version + `"
+`
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	runCLI(t, "lint", config("3.1.1"), config("5"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, harness.Binary(t), "-c", config("4")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `protocol_version: "4" is not one of 3.1.1, 5`) {
+		t.Fatalf("protocol_version 4: err %v, output:\n%s", err, out)
+	}
+}
