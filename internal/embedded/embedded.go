@@ -34,7 +34,8 @@
 //	  - max_inflight: QoS 1/2 messages the broker holds per client, sent but
 //	    unacknowledged or queued while it is offline (1–65535, default 65535;
 //	    MQTT packet IDs cap it at 65535). Beyond it the broker drops messages
-//	    for that client.
+//	    for that client. An MQTT 5 client's Receive Maximum is not applied
+//	    (receiveMaxHook says why): this bound is the only one.
 //	  - max_queued: packets waiting to be written to one connected client
 //	    (default 100000; mochi's own default is 8192).
 //
@@ -385,6 +386,9 @@ func start(dir string, cfg Config) (*instance, error) {
 		if inst.tls, err = loadTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
 			return fail(fmt.Errorf("embedded broker for %s: %w", dir, err))
 		}
+	}
+	if err := server.AddHook(new(receiveMaxHook), nil); err != nil {
+		return fail(fmt.Errorf("embedded broker for %s: add receive-maximum hook: %w", dir, err))
 	}
 	if err := server.AddHook(access, nil); err != nil {
 		return fail(fmt.Errorf("embedded broker for %s: add access hook: %w", dir, err))

@@ -186,3 +186,48 @@ func TestV5PropertiesSurviveARestart(t *testing.T) {
 		})
 	}
 }
+
+// The embedded broker does not hold an MQTT 5 client to its Receive
+// Maximum (receiveMaxHook says why): a client that asked for at most 5
+// unacknowledged messages and acknowledges none gets all 50 queued for it.
+func TestV5ReceiveMaximumIsNotApplied(t *testing.T) {
+	const n, receiveMax = 50, 5
+	addr := freeAddr(t)
+	b, err := Acquire("embedded://?dir=" + url.QueryEscape(t.TempDir()) + "&listen=" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Release() })
+
+	nc, err := net.DialTimeout("tcp", addr, waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{}, n)
+	c := paho.NewClient(paho.ClientConfig{ClientID: "v5-slow", Conn: nc, EnableManualAcknowledgment: true,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
+			got <- struct{}{} // never acknowledged
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	rm := uint16(receiveMax)
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "v5-slow", CleanStart: true, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &rm, RequestProblemInfo: true}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	v5Subscribe(t, c, "v5/many", 1)
+
+	pub, _ := v5Client(t, "tcp://"+addr, "v5-many-pub", true, nil)
+	for i := range n {
+		v5Publish(t, pub, "v5/many", 1, false, i)
+	}
+	for i := range n {
+		select {
+		case <-got:
+		case <-time.After(waitFor):
+			t.Fatalf("received %d of %d unacknowledged messages (Receive Maximum %d)", i, n, receiveMax)
+		}
+	}
+}

@@ -19,10 +19,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
-// v5EmbeddedChainEnv runs the embedded-broker variants of the chain test,
-// skipped by default while the broker can deadlock (see the skip).
-const v5EmbeddedChainEnv = "E2E_V5_EMBEDDED_CHAIN"
-
 // TestV5PropertiesChainCarriesBinaryPayloadsByteForByte: a publisher
 // (MQTT 5, confirm: end_to_end, envelope: properties) → bridge (MQTT 5,
 // envelope: properties, ack_topic; its output publishes with envelope:
@@ -37,20 +33,6 @@ func TestV5PropertiesChainCarriesBinaryPayloadsByteForByte(t *testing.T) {
 	for _, kind := range v5BrokerKinds {
 		for _, kill := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/sigkill_bridge=%v", kind.name, kill), func(t *testing.T) {
-				if kind.name == "embedded" && os.Getenv(v5EmbeddedChainEnv) == "" {
-					// The embedded broker hung in 4 of 9 runs here: mochi
-					// v2.7.9's Inflight.NextImmediate holds the read lock
-					// and GetAll takes it again, so a publish to the same
-					// client waiting in Inflight.Set for the write lock
-					// in between blocks both for good (goroutine dump:
-					// processPacket → NextImmediate → GetAll in RLock,
-					// publishToClient → Inflight.Set in Lock). mochi takes
-					// that path only for clients that sent a Receive
-					// Maximum, which an MQTT 5 reliable_mqtt_in always
-					// does (a 3.1.1 chain of the same shape, with JSON
-					// envelopes and 600 messages, passed 6 of 6 here).
-					t.Skipf("the embedded broker can deadlock with MQTT 5 clients that send Receive Maximum (mochi v2.7.9 Inflight.NextImmediate); %s=1 runs it", v5EmbeddedChainEnv)
-				}
 				b := kind.start(t)
 				const n, size = 300, 64
 				file, payloads := v5Payloads(t, n, size)
