@@ -479,6 +479,7 @@ func (c *Client) connect() (*pahoConn, error) {
 		// OnMessage is therefore required never to block.
 		SetOrderMatters(true).
 		SetAutoAckDisabled(c.opts.ManualAck).
+		SetCustomOpenConnectionFn(openBuffered). // packets leave in fewer write(2)s (bufconn.go)
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			if c.log != nil && err != nil {
 				c.log.Debugf("MQTT connection lost: %v", err)
