@@ -1,6 +1,7 @@
 package mqttclient
 
 import (
+	"bufio"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -21,13 +22,20 @@ const bufConnMax = 256 << 10
 // DISCONNECT) leave before it closes the connection.
 const bufConnCloseFlush = time.Second
 
-// bufConn coalesces writes. paho writes every packet with its own Write, so
+// bufConnReadBuf is the read buffer: paho reads a packet's header a byte
+// at a time, each a read(2) without it.
+const bufConnReadBuf = 16 << 10
+
+// bufConn coalesces reads and writes. paho reads each packet in several
+// small reads (the fixed header byte by byte), straight from the socket:
+// here they come from a bufio.Reader, one read(2) for everything that has
+// arrived. paho writes every packet with its own Write, so
 // a window of 64 publishes costs 64 write(2) calls. Here Write copies the
 // packet into a buffer and returns; one flusher goroutine writes everything
 // buffered with a single Write on the wrapped connection. Packets handed
 // over while that write is in progress leave together in the next one, and
 // the flusher starts as soon as the writer goes idle: nothing waits for a
-// timer. Reads, addresses and deadlines are the wrapped connection's.
+// timer. Addresses and deadlines are the wrapped connection's.
 //
 // A write error is returned by every later Write; data handed over before
 // it is lost with the connection, as it would be in the kernel's buffer.
@@ -35,6 +43,7 @@ const bufConnCloseFlush = time.Second
 // a Write returning nil.
 type bufConn struct {
 	net.Conn
+	r *bufio.Reader // paho reads from one goroutine
 
 	mu      sync.Mutex
 	buf     []byte // handed over, not yet written
@@ -52,6 +61,7 @@ type bufConn struct {
 func newBufConn(conn net.Conn) *bufConn {
 	b := &bufConn{
 		Conn:    conn,
+		r:       bufio.NewReaderSize(conn, bufConnReadBuf),
 		flushed: make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -59,6 +69,10 @@ func newBufConn(conn net.Conn) *bufConn {
 	go b.flushLoop()
 	return b
 }
+
+// Read returns what has arrived, reading the socket only when the buffer
+// is empty.
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // Write hands p to the flusher. It blocks only while bufConnMax bytes wait.
 func (b *bufConn) Write(p []byte) (int, error) {

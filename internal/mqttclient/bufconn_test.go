@@ -240,3 +240,49 @@ func TestBufConnCloseIsBoundedWhenThePeerStopsReading(t *testing.T) {
 		t.Fatal("Close did not return while the peer was not reading")
 	}
 }
+
+// countingConn counts the reads that reach the connection.
+type countingConn struct {
+	net.Conn
+	reads atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return c.Conn.Read(p)
+}
+
+// TestBufConnReadsWhatArrivedInOneSyscall: paho reads a packet header a
+// byte at a time; bytes that arrived together are read from the socket
+// once, and come out complete and in order.
+func TestBufConnReadsWhatArrivedInOneSyscall(t *testing.T) {
+	client, server := tcpPair(t)
+	c := &countingConn{Conn: client}
+	b := newBufConn(c)
+	defer b.Close()
+	want := make([]byte, 1000)
+	for i := range want {
+		want[i] = byte(i)
+	}
+	// On loopback the bytes are in the receiving socket when Write returns.
+	if _, err := server.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 0, len(want))
+	one := make([]byte, 1)
+	for len(got) < len(want) {
+		if _, err := io.ReadFull(b, one); err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		got = append(got, one[0])
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes read differ from the bytes sent")
+	}
+	if n := c.reads.Load(); n != 1 {
+		t.Fatalf("1000 one-byte reads took %d reads from the socket, want 1", n)
+	}
+}
