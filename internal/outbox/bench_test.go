@@ -46,6 +46,45 @@ func BenchmarkAppend64Writers(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
+// BenchmarkAppendBatch64x64 measures AppendBatch from 64 goroutines, 64
+// entries each: what reliable_mqtt_out does with batches of 64 and 64
+// writes in flight. Up to 4,096 records wait, so transactions fill to
+// MaxBatch (1,024).
+func BenchmarkAppendBatch64x64(b *testing.B) {
+	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
+	const writers, perBatch = 64, 64
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			entries := make([]Entry, 0, perBatch)
+			for {
+				first := next.Add(perBatch) - perBatch
+				if first >= int64(b.N) {
+					return
+				}
+				entries = entries[:0]
+				for i := first; i < min(first+perBatch, int64(b.N)); i++ {
+					entries = append(entries, Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload})
+				}
+				_, errs := o.AppendBatch(context.Background(), entries)
+				for _, err := range errs {
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
 // BenchmarkBareBoltGroupCommit is the ceiling for Append64Writers: one
 // committer writing perTx 100-byte records per fsync'd bbolt transaction
 // (seq key -> payload, the same bucket fill as the outbox's records), and

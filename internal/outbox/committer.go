@@ -43,15 +43,26 @@ type entryFailure struct {
 
 func (e *entryFailure) Error() string { return e.err.Error() }
 
-// commitLoop is the single writer: every waiting request, up to MaxBatch,
-// goes into one transaction (one fsync for the whole group).
+// commitLoop is the single writer: every waiting submission goes into one
+// group, committed in transactions of up to MaxBatch requests each (one
+// fsync per transaction).
 func (o *Outbox) commitLoop() {
 	defer close(o.committerDone)
-	groupcommit.Run(o.reqs, o.closing, o.opts.MaxBatch, func(group []*request) {
-		o.commit(group)
-		for _, r := range group {
-			r.done <- struct{}{}
+	var batch []*request
+	groupcommit.Run(o.reqs, o.closing, o.opts.MaxBatch, func(subs [][]*request) {
+		for _, s := range subs {
+			batch = append(batch, s...)
 		}
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), o.opts.MaxBatch)
+			o.commit(rest[:n])
+			for _, r := range rest[:n] {
+				r.done <- struct{}{}
+			}
+			rest = rest[n:]
+		}
+		clear(batch) // let settled requests be collected
+		batch = batch[:0]
 	})
 }
 

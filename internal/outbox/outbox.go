@@ -114,7 +114,7 @@ type Outbox struct {
 	opts     Options
 	clientID string
 
-	reqs          chan *request // unbuffered: a send succeeds only while the committer runs
+	reqs          chan []*request // a submission; unbuffered: a send succeeds only while the committer runs
 	closing       chan struct{}
 	committerDone chan struct{}
 	closeOnce     sync.Once
@@ -165,7 +165,7 @@ func Open(path string, opts Options) (*Outbox, error) {
 		db:            f.DB(),
 		path:          f.Path(),
 		opts:          opts,
-		reqs:          make(chan *request),
+		reqs:          make(chan []*request),
 		closing:       make(chan struct{}),
 		committerDone: make(chan struct{}),
 		appended:      make(chan struct{}, 1),
@@ -310,27 +310,71 @@ func (o *Outbox) Stats() Stats {
 // written leaves the record present anyway, so a retry may store it twice
 // (or find it, under the same event ID) — a duplicate, never a loss.
 func (o *Outbox) Append(ctx context.Context, e Entry) (Record, error) {
-	if e.EventID == "" {
-		return Record{}, fmt.Errorf("outbox file %s: entry has an empty event ID", o.path)
+	recs, errs := o.AppendBatch(ctx, []Entry{e})
+	return recs[0], errs[0]
+}
+
+// AppendBatch appends entries in their order and returns when every one has
+// its result: recs[i] and errs[i] are what Append would return for
+// entries[i]. The entries admitted together reach the committer as one
+// submission, so they share transactions (and fsyncs) instead of queueing
+// one by one. While the outbox is full the entries are admitted as space
+// frees up, in runs: a run never waits for space while holding a
+// reservation, so a batch larger than max_pending still goes through.
+func (o *Outbox) AppendBatch(ctx context.Context, entries []Entry) (recs []Record, errs []error) {
+	recs, errs = make([]Record, len(entries)), make([]error, len(entries))
+	reqs := make([]request, len(entries))
+	run := make([]*request, 0, len(entries))
+	done := make(chan struct{}, len(entries))
+	for next := 0; next < len(entries); {
+		run = run[:0]
+		for ; next < len(entries); next++ {
+			e := &entries[next]
+			if e.EventID == "" {
+				errs[next] = fmt.Errorf("outbox file %s: entry has an empty event ID", o.path)
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				errs[next] = fmt.Errorf("outbox file %s: nothing appended: %w", o.path, err)
+				continue
+			}
+			sz := size(e.EventID, e.Topic, e.Payload)
+			if len(run) == 0 {
+				if err := o.reserve(ctx, sz); err != nil {
+					errs[next] = err
+					continue
+				}
+			} else if !o.tryReserve(sz) {
+				break // commit this run first: its records may be what frees space
+			}
+			reqs[next] = request{ctx: ctx, entry: e, size: sz, done: done}
+			run = append(run, &reqs[next])
+		}
+		if len(run) == 0 {
+			continue
+		}
+		select {
+		case o.reqs <- run:
+		case <-o.closing:
+			for _, r := range run {
+				o.unreserve(r.size)
+				r.settled, r.err = true, fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+			}
+			continue
+		}
+		// Once handed over every result is awaited: the committer answers
+		// every request it took, and the caller must learn whether it
+		// committed.
+		for range run {
+			<-done
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return Record{}, fmt.Errorf("outbox file %s: nothing appended: %w", o.path, err)
+	for i := range reqs {
+		if reqs[i].entry != nil {
+			recs[i], errs[i] = reqs[i].rec, reqs[i].err
+		}
 	}
-	sz := size(e.EventID, e.Topic, e.Payload)
-	if err := o.reserve(ctx, sz); err != nil {
-		return Record{}, err
-	}
-	r := &request{ctx: ctx, entry: &e, size: sz, done: make(chan struct{}, 1)}
-	select {
-	case o.reqs <- r:
-	case <-o.closing:
-		o.unreserve(sz)
-		return Record{}, fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
-	}
-	// Once handed over the result is always awaited: the committer answers
-	// every request it took, and the caller must learn whether it committed.
-	<-r.done
-	return r.rec, r.err
+	return recs, errs
 }
 
 // Read returns up to max records with Seq > afterSeq, oldest first. A
@@ -389,7 +433,7 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 func (o *Outbox) setAside(bad []suspect) error {
 	r := &request{ctx: context.Background(), aside: bad, done: make(chan struct{}, 1)}
 	select {
-	case o.reqs <- r:
+	case o.reqs <- []*request{r}:
 	case <-o.closing:
 		return fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
 	}
@@ -409,7 +453,7 @@ func (o *Outbox) Remove(seqs ...uint64) error {
 	}
 	r := &request{ctx: context.Background(), seqs: seqs, done: make(chan struct{}, 1)}
 	select {
-	case o.reqs <- r:
+	case o.reqs <- []*request{r}:
 	case <-o.closing:
 		return fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
 	}
@@ -476,6 +520,18 @@ func (o *Outbox) reserve(ctx context.Context, sz int64) error {
 				o.path, pending, pendingBytes, o.opts.MaxPending, o.opts.MaxPendingBytes, ctx.Err())
 		}
 	}
+}
+
+// tryReserve admits an append of sz bytes if it fits now.
+func (o *Outbox) tryReserve(sz int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.fits(sz) {
+		return false
+	}
+	o.reservedN++
+	o.reservedBytes += sz
+	return true
 }
 
 // fits reports whether sz more bytes may be admitted. Caller holds o.mu.

@@ -148,7 +148,10 @@ func (o *output) onAck(msg mqttclient.Message) {
 	}
 }
 
-func (o *output) Write(ctx context.Context, msg *service.Message) error {
+// WriteBatch stores (outbox mode) or publishes and confirms (direct mode)
+// every message of batch. A message that fails is reported alone in a
+// service.BatchError, so only it is retried; the others are done.
+func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	o.mu.Lock()
 	ob, d := o.ob, o.direct
 	if o.client == nil {
@@ -158,27 +161,97 @@ func (o *output) Write(ctx context.Context, msg *service.Message) error {
 	if ob == nil && d == nil {
 		return service.ErrNotConnected
 	}
-	if err := msg.GetError(); err != nil {
-		// A processor failed this message (a malformed envelope, a ledger
-		// that could not check it): publishing it would pass it on as valid.
-		return fmt.Errorf("refusing a message flagged with an error (route it with a switch on errored() or reject_errored): %w", err)
-	}
-	rec, err := o.buildRecord(msg)
-	if err != nil {
-		return err
+	errs := make([]error, len(batch))
+	recs := make([]record, len(batch))
+	for i, msg := range batch {
+		if err := msg.GetError(); err != nil {
+			// A processor failed this message (a malformed envelope, a ledger
+			// that could not check it): publishing it would pass it on as valid.
+			errs[i] = fmt.Errorf("refusing a message flagged with an error (route it with a switch on errored() or reject_errored): %w", err)
+			continue
+		}
+		recs[i], errs[i] = o.buildRecord(msg)
 	}
 	if d != nil {
-		return d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain, Props: rec.props})
+		o.sendDirect(ctx, d, recs, errs)
+	} else {
+		o.appendAll(ctx, ob, batch, recs, errs)
 	}
-	// A participant that finds the event already applied returns
-	// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-	entry := outbox.Entry{EventID: rec.eventID, Topic: rec.storedTopic(), Payload: rec.payload,
-		Participants: commit.ParticipantsFor(msg.Context(), ob.Path())}
-	if _, err := ob.Append(ctx, entry); err != nil {
-		return fmt.Errorf("event %s not stored in outbox %s: %w", rec.eventID, ob.Path(), err)
+	return batchError(batch, errs)
+}
+
+// appendAll appends the messages that have a record in one AppendBatch: they
+// share the committer's transactions.
+func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []record, errs []error) {
+	entries := make([]outbox.Entry, 0, len(batch))
+	index := make([]int, 0, len(batch))
+	for i, rec := range recs {
+		if errs[i] != nil {
+			continue
+		}
+		// A participant that finds the event already applied returns
+		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
+		entries = append(entries, outbox.Entry{EventID: rec.eventID, Topic: rec.storedTopic(), Payload: rec.payload,
+			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())})
+		index = append(index, i)
 	}
-	failpoint.Hit(failpoint.OutboxAppended)
-	return nil
+	_, appendErrs := ob.AppendBatch(ctx, entries)
+	for j, err := range appendErrs {
+		i := index[j]
+		if err != nil {
+			errs[i] = fmt.Errorf("event %s not stored in outbox %s: %w", recs[i].eventID, ob.Path(), err)
+			continue
+		}
+		failpoint.Hit(failpoint.OutboxAppended)
+	}
+}
+
+// sendDirect publishes the messages that have a record concurrently, each
+// waiting for its own confirmation.
+func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []record, errs []error) {
+	var wg sync.WaitGroup
+	for i, rec := range recs {
+		if errs[i] != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain, Props: rec.props})
+		}()
+	}
+	wg.Wait()
+}
+
+// batchError is nil when every message succeeded, the error itself for a
+// batch of one, and otherwise a BatchError naming each failed message.
+func batchError(batch service.MessageBatch, errs []error) error {
+	var failed *service.BatchError
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if len(batch) == 1 {
+			return err
+		}
+		if failed == nil {
+			failed = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed, first: %w", countErrs(errs), len(batch), err))
+		}
+		failed.Failed(i, err)
+	}
+	if failed == nil {
+		return nil
+	}
+	return failed
+}
+
+func countErrs(errs []error) (n int) {
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops the sender and disconnects. Records still in flight stay in

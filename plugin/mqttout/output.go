@@ -49,6 +49,7 @@ const (
 	fieldContentType     = "content_type"
 	fieldMessageExpiry   = "message_expiry"
 	fieldRequireSubs     = "require_subscribers"
+	fieldBatching        = "batching"
 
 	confirmBroker      = "broker"
 	confirmEndToEnd    = "end_to_end"
@@ -156,6 +157,8 @@ Every field and option applies to both protocol versions unless its description 
 				Description("Log a line with the number of published, confirmed and pending records this often. `0s` turns it off; the same figures are always available as metrics.").
 				Default("0s").Advanced(),
 			service.NewOutputMaxInFlightField().Default(64),
+			service.NewBatchPolicyField(fieldBatching).
+				Description("Hand the output messages in batches: with the outbox on, one batch is appended in the transactions of one group commit, so more records share each fsync (see docs/performance.md). A message is still acknowledged only after the fsync that covers it. In direct mode the messages of a batch are published concurrently. Off by default (every message is its own batch)."),
 		).
 		LintRule(`root = match {
   this.confirm == "end_to_end" && this.envelope == "delivery" => [ "envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)" ],
@@ -187,14 +190,18 @@ output:
 }
 
 func init() {
-	err := service.RegisterOutput("reliable_mqtt_out", outputSpec(),
-		func(conf *service.ParsedConfig, mgr *service.Resources) (service.Output, int, error) {
+	err := service.RegisterBatchOutput("reliable_mqtt_out", outputSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
 			maxInFlight, err := conf.FieldMaxInFlight()
 			if err != nil {
-				return nil, 0, err
+				return nil, service.BatchPolicy{}, 0, err
+			}
+			policy, err := conf.FieldBatchPolicy(fieldBatching)
+			if err != nil {
+				return nil, service.BatchPolicy{}, 0, err
 			}
 			o, err := newOutput(conf, mgr)
-			return o, maxInFlight, err
+			return o, policy, maxInFlight, err
 		})
 	if err != nil {
 		panic(err)

@@ -13,11 +13,12 @@ import (
 )
 
 // binaryAppendsConfig is what a user writes to buffer readings on disk while
-// the broker is away: a generator (100-byte payloads, as fast as it can),
-// reliable_mqtt_out with 64 writes in flight, generated event IDs. The
-// broker URL points at a closed port, so every write is a durable append
-// and nothing is sent. The generator stops after %[2]d messages but the
-// process stays up.
+// the broker is away: a generator (100-byte payloads, as fast as it can, in
+// batches of %[6]d), reliable_mqtt_out with 64 writes in flight, generated
+// event IDs, and the output's batching policy if %[5]s sets one. The broker URL
+// points at a closed port, so every write is a durable append and nothing
+// is sent. The generator stops after %[2]d messages but the process stays
+// up.
 const binaryAppendsConfig = `
 http:
   address: 127.0.0.1:%[1]d
@@ -27,6 +28,7 @@ metrics:
 input:
   generate:
     interval: ""
+    batch_size: %[6]d
     mapping: |
       root = if counter() > %[2]d { deleted() } else { "%[3]s" }
 output:
@@ -35,24 +37,40 @@ output:
     client_id: bench-appends
     topic: bench/appends
     max_in_flight: 64
-    outbox:
+%[5]s    outbox:
       path: ./outbox.db
 `
 
 // BenchmarkBinaryAppends measures durable appends through the real binary:
-// binaryAppendsConfig run by reliable-mqtt, b.N messages. msgs/s is taken
+// binaryAppendsConfig run by reliable-mqtt, b.N messages: without batching,
+// with the output's batching policy grouping single messages by 64, and
+// with a source that produces batches of 64. msgs/s is taken
 // from Benthos's own output_sent counter (a write counts once the outbox
 // fsync'd it), scraped about every 100 ms (a scrape costs the process CPU), from the first scrape that shows a
 // write to the one that shows all b.N, so process start-up is left out.
 //
-// With BENCH_CPUPROFILE=<file> it also saves a 10 s CPU profile of the
-// process taken from Benthos's /debug/pprof/profile during the fill (use
+// With BENCH_CPUPROFILE=<file> it also saves a 10 s CPU profile of each
+// process (to <file>.batching=…) taken from Benthos's /debug/pprof/profile during the fill (use
 // a b.N that takes longer than 10 s).
 func BenchmarkBinaryAppends(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		policy    string // the output's batching line, if any
+		inputSize int    // generate's batch_size
+	}{
+		{"batching=none", "", 1},
+		{"batching=output64", "    batching: { count: 64, period: 10ms }\n", 1},
+		{"batching=input64", "", 64},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchBinaryAppends(b, c.policy, c.inputSize) })
+	}
+}
+
+func benchBinaryAppends(b *testing.B, policy string, inputSize int) {
 	port := harness.FreePort(b)
 	closed := harness.FreePort(b) // nothing listens: the broker is unreachable
 	payload := strings.Repeat("x", 100)
-	p := harness.RunPipeline(b, fmt.Sprintf(binaryAppendsConfig, port, b.N, payload, closed), harness.ProcOptions{})
+	p := harness.RunPipeline(b, fmt.Sprintf(binaryAppendsConfig, port, b.N, payload, closed, policy, inputSize), harness.ProcOptions{})
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 
 	profDone := make(chan error, 1)
@@ -79,6 +97,7 @@ func BenchmarkBinaryAppends(b *testing.B) {
 			c0, t0 = v, now
 			if path := os.Getenv("BENCH_CPUPROFILE"); path != "" && !profiling {
 				profiling = true
+				path += "." + b.Name()[strings.LastIndex(b.Name(), "/")+1:] // one file per sub-benchmark
 				go func() { profDone <- saveProfile(base+"/debug/pprof/profile?seconds=10", path) }()
 			}
 		}

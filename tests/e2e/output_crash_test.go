@@ -28,6 +28,18 @@ import (
 //     resends (with window 1 nothing can overtake);
 //   - in the end 1..count are all delivered and the outbox file is empty.
 func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
+	outputSIGKILLMidStream(t)
+}
+
+// TestOutputWithBatchingSIGKILLMidStreamLosesNoAcceptedMessage: the same
+// with the output's batching policy, which regroups the source's batches
+// of 10 into batches of 7 appended together: a batch is accepted only once
+// the fsync that covers all of it returned.
+func TestOutputWithBatchingSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
+	outputSIGKILLMidStream(t, "batching: { count: 7, period: 5ms }")
+}
+
+func outputSIGKILLMidStream(t *testing.T, extra ...string) {
 	const count, kills = 5000, 5
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	// A persistent session: a subscriber reconnect must not cost messages.
@@ -37,7 +49,7 @@ func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
 	proxy := harness.NewProxy(t, m.Addr())
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	pub := outPublisher{url: proxy.URL(), outboxPath: path, count: count, topic: "crash/data", window: 1, batch: 10,
-		extra: []string{"envelope: delivery"}}
+		extra: append([]string{"envelope: delivery"}, extra...)}
 	p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
 
 	rng := testRand(t, 1)
