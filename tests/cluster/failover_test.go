@@ -158,7 +158,7 @@ func TestClusterNodeKillsLoseNothingEndToEndWhileBrokerConfirmTrustsTheCluster(t
 // sessions counts a process's connections that resumed a session and
 // those that started a new one.
 func sessions(log string) (resumed, fresh int) {
-	return strings.Count(log, "(session present: true)"), strings.Count(log, "(session present: false)")
+	return strings.Count(log, "session present: true)"), strings.Count(log, "session present: false)")
 }
 
 // exactlyOnce reports whether seqs (sorted) is from..to, each once.
