@@ -15,6 +15,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
@@ -162,7 +163,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return service.ErrNotConnected
 	}
 	errs := make([]error, len(batch))
-	recs := make([]record, len(batch))
+	recs := make([]sender.Message, len(batch))
 	for i, msg := range batch {
 		if err := msg.GetError(); err != nil {
 			// A processor failed this message (a malformed envelope, a ledger
@@ -182,7 +183,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 
 // appendAll appends the messages that have a record in one AppendBatch: they
 // share the committer's transactions.
-func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []record, errs []error) {
+func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []sender.Message, errs []error) {
 	entries := make([]outbox.Entry, 0, len(batch))
 	index := make([]int, 0, len(batch))
 	for i, rec := range recs {
@@ -191,7 +192,7 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 		}
 		// A participant that finds the event already applied returns
 		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-		entries = append(entries, outbox.Entry{EventID: rec.eventID, Topic: rec.storedTopic(), Payload: rec.payload,
+		entries = append(entries, outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
 			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())})
 		index = append(index, i)
 	}
@@ -199,7 +200,7 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 	for j, err := range appendErrs {
 		i := index[j]
 		if err != nil {
-			errs[i] = fmt.Errorf("event %s not stored in outbox %s: %w", recs[i].eventID, ob.Path(), err)
+			errs[i] = fmt.Errorf("event %s not stored in outbox %s: %w", recs[i].EventID, ob.Path(), err)
 			continue
 		}
 		failpoint.Hit(failpoint.OutboxAppended)
@@ -208,7 +209,7 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 
 // sendDirect publishes the messages that have a record concurrently, each
 // waiting for its own confirmation.
-func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []record, errs []error) {
+func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []sender.Message, errs []error) {
 	var wg sync.WaitGroup
 	for i, rec := range recs {
 		if errs[i] != nil {
@@ -217,7 +218,7 @@ func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []record
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain, Props: rec.props})
+			errs[i] = d.Send(ctx, rec)
 		}()
 	}
 	wg.Wait()
