@@ -392,36 +392,16 @@ func (i *input) Connect(ctx context.Context) error {
 // passed, or the oldest received one.
 func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
 	for {
-		d, wake, nextDue, closed := i.in.Next(time.Now())
-		if closed {
+		d, err := i.in.Read(ctx)
+		if errors.Is(err, inbox.ErrClosed) {
 			return nil, nil, service.ErrEndOfInput
 		}
-		if d != nil {
-			if d.Stale() {
-				continue // the broker redelivers it on the next connection
-			}
-			if i.dropMalformed(d) {
-				continue
-			}
+		if err != nil {
+			return nil, nil, err
+		}
+		if !i.dropMalformed(d) {
 			msg, ack := i.attempt(d)
 			return msg, ack, nil
-		}
-		var timer *time.Timer
-		var due <-chan time.Time
-		if !nextDue.IsZero() {
-			timer = time.NewTimer(time.Until(nextDue))
-			due = timer.C
-		}
-		select {
-		case <-wake:
-		case <-due:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
 		}
 	}
 }

@@ -59,15 +59,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err
 		}
-		if md := o.ob.MetaDamage(); md != nil && md.RolledBack() {
-			o.log.Errorf("%v. The outbox is used as it is: records confirmed in the lost commit are published again, and records appended in it are missing", md)
-		} else if md != nil {
-			o.log.Warnf("%v", md)
-		}
-		if err := o.ob.CompactionSkipped(); err != nil {
-			o.log.Warnf("Outbox %s: not compacted at start, the file keeps its size: %v", s.outboxPath, err)
-		}
-		logResume(o.log, o.ob)
+		o.ob.ReportStart(o.log)
 	}
 	return o, nil
 }
@@ -111,7 +103,9 @@ func (o *output) Connect(ctx context.Context) error {
 		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
-		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
+		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) {
+			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
+		}
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
@@ -130,23 +124,6 @@ func (o *output) Connect(ctx context.Context) error {
 		go o.direct.Run(runCtx)
 	}
 	return nil
-}
-
-// onAck runs on the network reader: decode and hand over, never block.
-func (o *output) onAck(msg mqttclient.Message) {
-	ack, err := envelope.DecodeAuthAck(msg.Payload())
-	if err != nil {
-		o.ignored.Ignore(sender.ReasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
-		return
-	}
-	id := ack.EventID
-	if o.s.ackAuthKeys != nil && !envelope.VerifyAck(ack, o.s.ackAuthKeys) {
-		o.ignored.Ignore(sender.ReasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
-		return
-	}
-	if !o.acks.Push(id) {
-		o.ignored.Ignore(sender.ReasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
-	}
 }
 
 // WriteBatch stores (outbox mode) or publishes and confirms (direct mode)
@@ -174,7 +151,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		recs[i], errs[i] = o.buildRecord(msg)
 	}
 	if d != nil {
-		o.sendDirect(ctx, d, recs, errs)
+		d.SendAll(ctx, recs, errs)
 	} else {
 		o.appendAll(ctx, ob, batch, recs, errs)
 	}
@@ -205,23 +182,6 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 		}
 		failpoint.Hit(failpoint.OutboxAppended)
 	}
-}
-
-// sendDirect publishes the messages that have a record concurrently, each
-// waiting for its own confirmation.
-func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []sender.Message, errs []error) {
-	var wg sync.WaitGroup
-	for i, rec := range recs {
-		if errs[i] != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = d.Send(ctx, rec)
-		}()
-	}
-	wg.Wait()
 }
 
 // batchError is nil when every message succeeded, the error itself for a
