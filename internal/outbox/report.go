@@ -1,6 +1,9 @@
 package outbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Logger is what ReportStart writes through (Benthos's *service.Logger
 // fits).
@@ -30,4 +33,29 @@ func (o *Outbox) ReportStart(log Logger) {
 	}
 	log.Infof("outbox %s: resuming %d pending records (%d bytes), oldest from %s",
 		o.path, st.Pending, st.PendingBytes, st.Oldest.UTC().Format(time.RFC3339))
+}
+
+// Watch calls fn with the outbox's stats at once and then once a second
+// (more often if every is shorter) until ctx ends. report is true when
+// every > 0 has passed since the last report: time for a summary line.
+func (o *Outbox) Watch(ctx context.Context, every time.Duration, fn func(st Stats, report bool)) {
+	tick := time.Second
+	if every > 0 && every < tick {
+		tick = every
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastReport := time.Now()
+	for {
+		report := every > 0 && time.Since(lastReport) >= every
+		if report {
+			lastReport = time.Now()
+		}
+		fn(o.Stats(), report)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
