@@ -546,10 +546,8 @@ func (i *input) Close(ctx context.Context) error {
 	i.mu.Unlock()
 
 	i.in.Close()
-	acked := make(chan struct{})
-	go func() { i.acking.Wait(); close(acked) }()
 	select {
-	case <-acked:
+	case <-shutdown.Go(i.acking.Wait):
 	case <-ctx.Done():
 		i.log.Warnf("Closing reliable_mqtt_in: acknowledgements still in progress after %s; the broker redelivers those messages", closeTimeout)
 	}
