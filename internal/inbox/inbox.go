@@ -4,9 +4,9 @@
 // flight (and of QoS 2 packets PUBREC'd and awaiting their PUBREL), holds
 // unmatched messages of a resumed session during startup replay, queues and
 // retries deliveries, and sends PUBACK/PUBREC strictly in receive order; its
-// ResumeLog reports what a resumed session brought. It
-// knows neither Benthos nor paho: the plugin hands it connections and
-// messages through the small Conn and Message interfaces.
+// ResumeLog reports what a resumed session brought. It knows neither
+// Benthos nor paho: the plugin hands it connections and messages through
+// the small Conn and Message interfaces.
 package inbox
 
 import (

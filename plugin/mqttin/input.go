@@ -3,8 +3,9 @@
 // the pipeline is done with it.
 //
 // This package is the Benthos glue (spec, constructor, lifecycle, metrics,
-// end-to-end ACKs); envelope decoding lives in internal/codec, the ack order, packet-ID tracking,
-// startup-replay hold and retry queue live in internal/inbox.
+// end-to-end ACKs); envelope decoding lives in internal/codec, and the ack
+// order, packet-ID tracking, startup-replay hold, retry queue and resume log
+// in internal/inbox.
 //
 // # Delivery hooks (for processor authors)
 //
