@@ -12,7 +12,6 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
@@ -161,27 +160,17 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 // appendAll appends the messages that have a record in one AppendBatch: they
 // share the committer's transactions.
 func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []sender.Message, errs []error) {
-	entries := make([]outbox.Entry, 0, len(batch))
-	index := make([]int, 0, len(batch))
+	entries := make([]outbox.Entry, len(batch))
 	for i, rec := range recs {
 		if errs[i] != nil {
 			continue
 		}
 		// A participant that finds the event already applied returns
 		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-		entries = append(entries, outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
-			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())})
-		index = append(index, i)
+		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
+			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
-	_, appendErrs := ob.AppendBatch(ctx, entries)
-	for j, err := range appendErrs {
-		i := index[j]
-		if err != nil {
-			errs[i] = fmt.Errorf("event %s not stored in outbox %s: %w", recs[i].EventID, ob.Path(), err)
-			continue
-		}
-		failpoint.Hit(failpoint.OutboxAppended)
-	}
+	ob.AppendEach(ctx, entries, errs)
 }
 
 // batchError is nil when every message succeeded, the error itself for a
