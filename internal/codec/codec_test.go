@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,5 +92,13 @@ func TestAckPayload(t *testing.T) {
 	a, err := envelope.DecodeAuthAck(signed)
 	if err != nil || !envelope.VerifyAck(a, [][]byte{key}) || envelope.VerifyAck(a, [][]byte{[]byte("other")}) {
 		t.Errorf("signed ACK %s: %+v %v", signed, a, err)
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	_, err := EventID("null", "t")
+	p := Permanent(fmt.Errorf("wrapped: %w", err))
+	if !IsPermanent(fmt.Errorf("outer: %w", p)) || IsPermanent(err) || !strings.HasPrefix(p.Error(), PermanentPrefix+"wrapped: ") {
+		t.Errorf("Permanent(%v) = %v", err, p)
 	}
 }

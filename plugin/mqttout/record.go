@@ -18,7 +18,7 @@ import (
 func (o *output) buildRecord(msg *service.Message) (sender.Message, error) {
 	rec, err := o.encode(msg)
 	if err != nil {
-		return sender.Message{}, permanent(err)
+		return sender.Message{}, codec.Permanent(err)
 	}
 	return rec, nil
 }
