@@ -3,12 +3,15 @@
 // to a configured filter, suppresses retransmissions of packets still in
 // flight (and of QoS 2 packets PUBREC'd and awaiting their PUBREL), holds
 // unmatched messages of a resumed session during startup replay, queues and
-// retries deliveries, and sends PUBACK/PUBREC strictly in receive order. It
-// knows neither Benthos nor paho: the plugin hands it connections and
-// messages through the small Conn and Message interfaces.
+// retries deliveries, and sends PUBACK/PUBREC strictly in receive order; its
+// ResumeLog reports what a resumed session brought. It knows neither
+// Benthos nor paho: the plugin hands it connections and messages through
+// the small Conn and Message interfaces.
 package inbox
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -531,6 +534,44 @@ func (in *Inbox) Next(now time.Time) (_ *Delivery, wake <-chan struct{}, nextDue
 		return d, nil, time.Time{}, false
 	}
 	return nil, in.wake, nextDue, false
+}
+
+// ErrClosed is what Read returns once Close was called.
+var ErrClosed = errors.New("inbox closed")
+
+// Read waits, bounded by ctx, for the next delivery that is not stale (a
+// stale one is skipped: the broker redelivers it on the next connection).
+// It returns ErrClosed once Close was called.
+func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
+	for {
+		d, wake, nextDue, closed := in.Next(time.Now())
+		if closed {
+			return nil, ErrClosed
+		}
+		if d != nil {
+			if d.Stale() {
+				continue
+			}
+			return d, nil
+		}
+		var timer *time.Timer
+		var due <-chan time.Time
+		if !nextDue.IsZero() {
+			timer = time.NewTimer(time.Until(nextDue))
+			due = timer.C
+		}
+		select {
+		case <-wake:
+		case <-due:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // setHeldGauge reports the messages held now across connections. Caller

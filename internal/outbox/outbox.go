@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"sync"
 	"time"
 
@@ -312,6 +313,27 @@ func (o *Outbox) Stats() Stats {
 func (o *Outbox) Append(ctx context.Context, e Entry) (Record, error) {
 	recs, errs := o.AppendBatch(ctx, []Entry{e})
 	return recs[0], errs[0]
+}
+
+// AppendEach appends, in one AppendBatch, entries[i] for every i whose
+// errs[i] is nil, and stores each failure in errs[i], naming the event and
+// the file.
+func (o *Outbox) AppendEach(ctx context.Context, entries []Entry, errs []error) {
+	run := make([]Entry, 0, len(entries))
+	index := make([]int, 0, len(entries))
+	for i, e := range entries {
+		if errs[i] == nil {
+			run, index = append(run, e), append(index, i)
+		}
+	}
+	_, runErrs := o.AppendBatch(ctx, run)
+	for j, err := range runErrs {
+		if err != nil {
+			errs[index[j]] = fmt.Errorf("event %s not stored in outbox %s: %w", run[j].EventID, o.path, err)
+			continue
+		}
+		failpoint.Hit(failpoint.OutboxAppended)
+	}
 }
 
 // AppendBatch appends entries in their order and returns when every one has

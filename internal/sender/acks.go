@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 )
 
 // maxQueuedAcks bounds the ACKs decoded but not yet matched by the sender.
@@ -35,6 +37,26 @@ func (a *AckQueue) Push(id string) bool {
 	default:
 	}
 	return true
+}
+
+// Receive takes an ACK's payload as it arrived on topic. It runs on the
+// network reader and never blocks: an ACK that is malformed, not signed
+// with one of keys (when keys is not nil) or beyond the queue's bound is
+// ignored through ignored; any other is queued for matching.
+func (a *AckQueue) Receive(topic string, payload []byte, keys [][]byte, ignored *IgnoredACKs) {
+	ack, err := envelope.DecodeAuthAck(payload)
+	if err != nil {
+		ignored.Ignore(ReasonMalformed, fmt.Sprintf("on %q: %v", topic, err))
+		return
+	}
+	id := ack.EventID
+	if keys != nil && !envelope.VerifyAck(ack, keys) {
+		ignored.Ignore(ReasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
+		return
+	}
+	if !a.Push(id) {
+		ignored.Ignore(ReasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
+	}
 }
 
 // drain takes every queued ID.

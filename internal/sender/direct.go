@@ -143,3 +143,20 @@ func (d *Direct) Send(ctx context.Context, rec Message) error {
 	d.m.OnConfirmed(time.Since(start))
 	return nil
 }
+
+// SendAll sends the records whose errs entry is nil concurrently, each
+// waiting for its own confirmation, and stores each outcome in errs.
+func (d *Direct) SendAll(ctx context.Context, recs []Message, errs []error) {
+	var wg sync.WaitGroup
+	for i, rec := range recs {
+		if errs[i] != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.Send(ctx, rec)
+		}()
+	}
+	wg.Wait()
+}

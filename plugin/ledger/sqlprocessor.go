@@ -7,9 +7,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -79,18 +77,8 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 		}
 		entries, of = append(entries, entry), append(of, i)
 	}
-	for j, o := range p.sh.ApplyAll(ctx, entries) {
-		i, e := of[j], entries[j]
-		d := dedup.Decision{Verdict: o.Verdict(e.Hash), Err: o.Err}
-		if o.Err != nil {
-			d.Err = fmt.Errorf("dedup_ledger: the apply transaction of key %s failed, nothing was committed and the message is not acknowledged (it will be retried): %w", e.Key, o.Err)
-		} else if d.Verdict == claims.Pass {
-			// Committed, not yet acknowledged: the crash window of seed 001.
-			failpoint.Hit(failpoint.SQLCommitted)
-			p.m.commits.Incr(1)
-			p.m.passed.Incr(1)
-		}
-		results[i] = p.decide(batch[i], e.Key, d)
+	for j, d := range p.gate.Apply(ctx, p.sh, entries) {
+		results[of[j]] = p.decide(batch[of[j]], entries[j].Key, d)
 	}
 	out := make(service.MessageBatch, 0, len(batch))
 	for _, m := range results {

@@ -3,8 +3,9 @@
 // the pipeline is done with it.
 //
 // This package is the Benthos glue (spec, constructor, lifecycle, metrics,
-// envelope decoding, end-to-end ACKs); the ack order, packet-ID tracking,
-// startup-replay hold and retry queue live in internal/inbox.
+// end-to-end ACKs); envelope decoding lives in internal/codec, and the ack
+// order, packet-ID tracking, startup-replay hold, retry queue and resume log
+// in internal/inbox.
 //
 // # Delivery hooks (for processor authors)
 //
@@ -43,6 +44,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
@@ -66,10 +68,10 @@ const (
 	fieldRetry             = "retry_backoff"
 	fieldOnMalformed       = "on_malformed"
 
-	envelopeNone       = "none"
-	envelopeIngress    = "ingress"
-	envelopeDelivery   = "delivery"
-	envelopeProperties = "properties"
+	envelopeNone       = codec.None
+	envelopeIngress    = codec.Ingress
+	envelopeDelivery   = codec.Delivery
+	envelopeProperties = codec.Properties
 
 	malformedDrop = "drop"
 	malformedFlag = "flag"
@@ -316,6 +318,8 @@ type input struct {
 	m   *metrics
 	in  *inbox.Inbox // routing, replay hold, retries and the broker acks
 
+	resumed *inbox.ResumeLog
+
 	mu     sync.Mutex
 	client mqttclient.Transport
 	closed bool
@@ -329,7 +333,7 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		return nil, err
 	}
 	m := newMetrics(mgr.Metrics())
-	in := inbox.New(inbox.Config{
+	cfg := inbox.Config{
 		ClientID:          s.client.ClientID,
 		CleanSession:      s.client.CleanSession,
 		Topics:            s.topics,
@@ -339,8 +343,9 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		ReplayBufferSize:  s.replayBufferSize,
 		RetryInitial:      s.retry.Initial,
 		RetryMax:          s.retry.Max,
-	}, &m.inbox, mgr.Logger())
-	return &input{s: s, log: mgr.Logger(), m: m, in: in}, nil
+	}
+	in := inbox.New(cfg, &m.inbox, mgr.Logger())
+	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger())}, nil
 }
 
 // Connect starts the client (once) and waits, bounded, for a connection
@@ -353,15 +358,14 @@ func (i *input) Connect(ctx context.Context) error {
 		return service.ErrEndOfInput
 	}
 	if i.client == nil {
-		resumed := &resumeLog{s: &i.s, log: i.log}
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
 			OnMessage: func(conn mqttclient.Conn, msg mqttclient.Message) {
-				resumed.onMessage(conn, msg)
+				i.resumed.OnMessage(conn.Gen(), msg)
 				i.in.OnMessage(conn, msg)
 			},
 			OnPubrel: func(_ mqttclient.Conn, id uint16) { i.in.OnPubrel(id) },
 			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
-				resumed.onConnect(conn)
+				i.resumed.OnConnect(conn.Gen(), conn.SessionPresent())
 				if !conn.SessionPresent() {
 					i.in.ResetSession() // no session, no open exchanges
 				}
@@ -389,91 +393,37 @@ func (i *input) Connect(ctx context.Context) error {
 // passed, or the oldest received one.
 func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
 	for {
-		d, wake, nextDue, closed := i.in.Next(time.Now())
-		if closed {
+		d, err := i.in.Read(ctx)
+		if errors.Is(err, inbox.ErrClosed) {
 			return nil, nil, service.ErrEndOfInput
 		}
-		if d != nil {
-			if d.Stale() {
-				continue // the broker redelivers it on the next connection
-			}
-			if i.dropMalformed(d) {
-				continue
-			}
+		if err != nil {
+			return nil, nil, err
+		}
+		if !i.dropMalformed(d) {
 			msg, ack := i.attempt(d)
 			return msg, ack, nil
 		}
-		var timer *time.Timer
-		var due <-chan time.Time
-		if !nextDue.IsZero() {
-			timer = time.NewTimer(time.Until(nextDue))
-			due = timer.C
-		}
-		select {
-		case <-wake:
-		case <-due:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-	}
-}
-
-// decoded is a delivery's payload after envelope decoding.
-type decoded struct {
-	body      []byte
-	eventID   string
-	destTopic string
-	err       error // malformed envelope
-}
-
-func (i *input) decode(m inbox.Message) *decoded {
-	payload := m.Payload()
-	switch i.s.envelope {
-	case envelopeIngress:
-		ing, err := envelope.DecodeIngress(payload)
-		if err != nil {
-			return &decoded{body: payload, err: fmt.Errorf("message on topic %q is not a valid reliomq v1 ingress envelope: %w", m.Topic(), err)}
-		}
-		return &decoded{body: ing.Payload, eventID: ing.EventID, destTopic: ing.Topic}
-	case envelopeDelivery:
-		del, err := envelope.DecodeDelivery(payload)
-		if err != nil {
-			return &decoded{body: payload, err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", m.Topic(), err)}
-		}
-		return &decoded{body: del.Payload, eventID: del.EventID}
-	case envelopeProperties:
-		env, err := properties.Read(propsOf(m))
-		if err != nil {
-			return &decoded{body: payload, err: fmt.Errorf("message on topic %q has no valid event ID in its MQTT 5 user properties: %w", m.Topic(), err)}
-		}
-		return &decoded{body: payload, eventID: env.EventID, destTopic: env.DestTopic}
-	default:
-		return &decoded{body: payload}
 	}
 }
 
 // dropMalformed decodes d at its first Read and, with on_malformed: drop,
 // acknowledges and drops a malformed envelope; it reports whether it did.
 func (i *input) dropMalformed(d *inbox.Delivery) bool {
-	dec, ok := d.Decoded.(*decoded)
+	dec, ok := d.Decoded.(*codec.Decoded)
 	if !ok {
-		dec = i.decode(d.Msg)
+		dec = codec.Decode(i.s.envelope, d.Msg.Topic(), d.Msg.Payload(), propsOf(d.Msg))
 		d.Decoded = dec
-		if dec.err != nil {
+		if dec.Err != nil {
 			i.m.malformed.Incr(1)
 			what := "dropped and acknowledged (on_malformed: drop)"
 			if i.s.flagMalformed {
 				what = "delivered flagged with an error (on_malformed: flag)"
 			}
-			i.log.Warnf("%v; %s", dec.err, what)
+			i.log.Warnf("%v; %s", dec.Err, what)
 		}
 	}
-	if dec.err == nil || i.s.flagMalformed {
+	if dec.Err == nil || i.s.flagMalformed {
 		return false
 	}
 	d.Complete()
@@ -483,10 +433,10 @@ func (i *input) dropMalformed(d *inbox.Delivery) bool {
 // attempt builds one delivery attempt: a fresh message with a fresh hook
 // list in its context, and the AckFunc that settles it.
 func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
-	dec := d.Decoded.(*decoded) // set by dropMalformed
+	dec := d.Decoded.(*codec.Decoded) // set by dropMalformed
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
-	msg := service.NewMessage(append([]byte(nil), dec.body...))
+	msg := service.NewMessage(append([]byte(nil), dec.Body...))
 	msg.MetaSetMut(metaTopic, d.Msg.Topic())
 	msg.MetaSetMut(metaQoS, strconv.Itoa(int(d.Msg.Qos())))
 	msg.MetaSetMut(metaDuplicate, strconv.FormatBool(d.Msg.Duplicate()))
@@ -494,14 +444,14 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
 	msg.MetaSetMut(metaSubscription, d.Sub)
 	properties.Metadata(propsOf(d.Msg), msg.MetaSetMut)
-	if dec.eventID != "" {
-		msg.MetaSetMut(metaEventID, dec.eventID)
+	if dec.EventID != "" {
+		msg.MetaSetMut(metaEventID, dec.EventID)
 	}
-	if dec.destTopic != "" {
-		msg.MetaSetMut(metaDestTopic, dec.destTopic)
+	if dec.DestTopic != "" {
+		msg.MetaSetMut(metaDestTopic, dec.DestTopic)
 	}
-	if dec.err != nil {
-		msg.SetError(dec.err)
+	if dec.Err != nil {
+		msg.SetError(dec.Err)
 	}
 	ctx, hooks := commit.WithHooks(context.Background())
 	msg = msg.WithContext(ctx)
@@ -540,7 +490,7 @@ func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hoo
 	if err := hooks.Run(ctx, result); err != nil && result == nil {
 		result = fmt.Errorf("delivery hook failed: %w", err)
 	}
-	if result == nil && i.s.ackTopic != "" && d.Decoded.(*decoded).eventID != "" {
+	if result == nil && i.s.ackTopic != "" && d.Decoded.(*codec.Decoded).EventID != "" {
 		result = i.publishAck(ctx, d)
 	}
 	if result != nil {
@@ -557,14 +507,8 @@ func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hoo
 // came from, so that it precedes the source's PUBACK on the wire. QoS 0
 // messages have no PUBACK to order; their ACK uses the current connection.
 func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
-	eventID := d.Decoded.(*decoded).eventID
-	var payload []byte
-	var err error
-	if i.s.ackAuthKey != nil {
-		payload, err = envelope.EncodeAuthAck(eventID, i.s.ackAuthKey)
-	} else {
-		payload, err = envelope.EncodeAck(eventID)
-	}
+	eventID := d.Decoded.(*codec.Decoded).EventID
+	payload, err := codec.AckPayload(eventID, i.s.ackAuthKey)
 	if err != nil {
 		return err
 	}
@@ -603,10 +547,8 @@ func (i *input) Close(ctx context.Context) error {
 	i.mu.Unlock()
 
 	i.in.Close()
-	acked := make(chan struct{})
-	go func() { i.acking.Wait(); close(acked) }()
 	select {
-	case <-acked:
+	case <-shutdown.Go(i.acking.Wait):
 	case <-ctx.Done():
 		i.log.Warnf("Closing reliable_mqtt_in: acknowledgements still in progress after %s; the broker redelivers those messages", closeTimeout)
 	}

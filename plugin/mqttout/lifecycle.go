@@ -12,9 +12,9 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
@@ -58,15 +58,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err
 		}
-		if md := o.ob.MetaDamage(); md != nil && md.RolledBack() {
-			o.log.Errorf("%v. The outbox is used as it is: records confirmed in the lost commit are published again, and records appended in it are missing", md)
-		} else if md != nil {
-			o.log.Warnf("%v", md)
-		}
-		if err := o.ob.CompactionSkipped(); err != nil {
-			o.log.Warnf("Outbox %s: not compacted at start, the file keeps its size: %v", s.outboxPath, err)
-		}
-		logResume(o.log, o.ob)
+		o.ob.ReportStart(o.log)
 	}
 	return o, nil
 }
@@ -110,7 +102,9 @@ func (o *output) Connect(ctx context.Context) error {
 		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
-		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) { o.onAck(msg) }
+		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) {
+			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
+		}
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
 	if err != nil {
@@ -131,23 +125,6 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// onAck runs on the network reader: decode and hand over, never block.
-func (o *output) onAck(msg mqttclient.Message) {
-	ack, err := envelope.DecodeAuthAck(msg.Payload())
-	if err != nil {
-		o.ignored.Ignore(sender.ReasonMalformed, fmt.Sprintf("on %q: %v", msg.Topic(), err))
-		return
-	}
-	id := ack.EventID
-	if o.s.ackAuthKeys != nil && !envelope.VerifyAck(ack, o.s.ackAuthKeys) {
-		o.ignored.Ignore(sender.ReasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
-		return
-	}
-	if !o.acks.Push(id) {
-		o.ignored.Ignore(sender.ReasonOverflow, "for event "+id+": too many ACKs waiting to be processed")
-	}
-}
-
 // WriteBatch stores (outbox mode) or publishes and confirms (direct mode)
 // every message of batch. A message that fails is reported alone in a
 // service.BatchError, so only it is retried; the others are done.
@@ -162,7 +139,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return service.ErrNotConnected
 	}
 	errs := make([]error, len(batch))
-	recs := make([]record, len(batch))
+	recs := make([]sender.Message, len(batch))
 	for i, msg := range batch {
 		if err := msg.GetError(); err != nil {
 			// A processor failed this message (a malformed envelope, a ledger
@@ -173,7 +150,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		recs[i], errs[i] = o.buildRecord(msg)
 	}
 	if d != nil {
-		o.sendDirect(ctx, d, recs, errs)
+		d.SendAll(ctx, recs, errs)
 	} else {
 		o.appendAll(ctx, ob, batch, recs, errs)
 	}
@@ -182,45 +159,18 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 
 // appendAll appends the messages that have a record in one AppendBatch: they
 // share the committer's transactions.
-func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []record, errs []error) {
-	entries := make([]outbox.Entry, 0, len(batch))
-	index := make([]int, 0, len(batch))
+func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []sender.Message, errs []error) {
+	entries := make([]outbox.Entry, len(batch))
 	for i, rec := range recs {
 		if errs[i] != nil {
 			continue
 		}
 		// A participant that finds the event already applied returns
 		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-		entries = append(entries, outbox.Entry{EventID: rec.eventID, Topic: rec.storedTopic(), Payload: rec.payload,
-			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())})
-		index = append(index, i)
+		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
+			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
-	_, appendErrs := ob.AppendBatch(ctx, entries)
-	for j, err := range appendErrs {
-		i := index[j]
-		if err != nil {
-			errs[i] = fmt.Errorf("event %s not stored in outbox %s: %w", recs[i].eventID, ob.Path(), err)
-			continue
-		}
-		failpoint.Hit(failpoint.OutboxAppended)
-	}
-}
-
-// sendDirect publishes the messages that have a record concurrently, each
-// waiting for its own confirmation.
-func (o *output) sendDirect(ctx context.Context, d *sender.Direct, recs []record, errs []error) {
-	var wg sync.WaitGroup
-	for i, rec := range recs {
-		if errs[i] != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = d.Send(ctx, sender.Message{EventID: rec.eventID, Topic: rec.topic, Payload: rec.payload, Retain: rec.retain, Props: rec.props})
-		}()
-	}
-	wg.Wait()
+	ob.AppendEach(ctx, entries, errs)
 }
 
 // batchError is nil when every message succeeded, the error itself for a

@@ -66,21 +66,13 @@ func (m *metrics) SetConnected(up bool) {
 // watchOutbox refreshes the outbox gauges once a second and, when every > 0,
 // logs a summary line that often.
 func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *service.Logger, every time.Duration) {
-	tick := time.Second
-	if every > 0 && every < tick {
-		tick = every
-	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	lastLog := time.Now()
 	var lastPub, lastConf int64
-	for {
-		st := ob.Stats()
-		if every > 0 && time.Since(lastLog) >= every {
+	ob.Watch(ctx, every, func(st outbox.Stats, report bool) {
+		if report {
 			pub, conf := m.nPublished.Load(), m.nConfirmed.Load()
 			log.Infof("Outbox %s: %d published, %d confirmed in the last %s; %d pending (%d bytes)",
 				ob.Path(), pub-lastPub, conf-lastConf, every, st.Pending, st.PendingBytes)
-			lastPub, lastConf, lastLog = pub, conf, time.Now()
+			lastPub, lastConf = pub, conf
 		}
 		m.pending.Set(int64(st.Pending))
 		m.pendingBytes.Set(st.PendingBytes)
@@ -90,10 +82,5 @@ func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *servi
 		} else {
 			m.oldestAgeMs.Set(time.Since(st.Oldest).Milliseconds())
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

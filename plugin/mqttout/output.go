@@ -2,8 +2,8 @@
 // front of a QoS 1 publisher that keeps every message until it is confirmed,
 // by the broker's PUBACK or end to end by an application ACK.
 //
-// This package is the Benthos glue (spec, constructor, lifecycle, metrics,
-// record encoding); publishing, the window of records in flight, ACK
+// This package is the Benthos glue (spec, constructor, lifecycle, metrics);
+// a record's encoding lives in internal/codec, publishing, the window of records in flight, ACK
 // matching and direct mode live in internal/sender, the outbox file in
 // internal/outbox.
 package mqttout
@@ -18,6 +18,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
@@ -53,9 +54,9 @@ const (
 
 	confirmBroker      = "broker"
 	confirmEndToEnd    = "end_to_end"
-	envelopeNone       = "none"
-	envelopeDelivery   = "delivery"
-	envelopeProperties = "properties"
+	envelopeNone       = codec.None
+	envelopeDelivery   = codec.Delivery
+	envelopeProperties = codec.Properties
 )
 
 func outputSpec() *service.ConfigSpec {
@@ -231,6 +232,7 @@ type settings struct {
 	retry           mqttclient.Backoff
 	maxPayloadBytes int
 	statsInterval   time.Duration
+	enc             codec.Encoding // from envelope, confirm, data_topic and max_payload_bytes
 }
 
 // senderConfig is what the sender needs of s.
@@ -360,6 +362,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err
 	}
+	s.enc = codec.Encoding{Mode: env, EndToEnd: s.endToEnd, DataTopic: s.dataTopic, MaxPayloadBytes: s.maxPayloadBytes}
 	return s, s.parseRetained(conf) // after outbox and confirm
 }
 

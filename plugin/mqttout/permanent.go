@@ -1,6 +1,6 @@
 package mqttout
 
-import "errors"
+import "github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 
 // PermanentPrefix starts the message of every error Write returns for a
 // message that can never be published (too large, an invalid topic or event
@@ -9,19 +9,8 @@ import "errors"
 // as metadata `fallback_error`, and `@fallback_error.has_prefix("permanent")`
 // picks these out. Every other error (a broker away, a disk that fails) is
 // transient: the message is not acknowledged and is delivered again.
-const PermanentPrefix = "permanent failure: "
-
-// permanentError marks an error as permanent for this message.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return PermanentPrefix + e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-func permanent(err error) error { return &permanentError{err: err} }
+const PermanentPrefix = codec.PermanentPrefix
 
 // IsPermanent reports whether err (or an error it wraps) says that the
 // message it concerns can never be published.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
+func IsPermanent(err error) bool { return codec.IsPermanent(err) }

@@ -8,19 +8,13 @@ package sqlquery
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlrows"
 )
 
 const (
@@ -30,13 +24,9 @@ const (
 	fieldQuery  = "query"
 	fieldArgs   = "args_mapping"
 
-	driverSQLite   = "sqlite"
-	driverPostgres = "postgres"
+	driverSQLite   = sqlrows.SQLite
+	driverPostgres = sqlrows.Postgres
 )
-
-// timeout bounds one statement (and the connection check at start):
-// Benthos hands processors contexts without deadline.
-const timeout = 10 * time.Second
 
 func processorSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -96,8 +86,7 @@ func init() {
 }
 
 type processor struct {
-	db    *sql.DB
-	where string // driver and DSN path, for errors
+	db    *sqlrows.DB
 	query string
 	args  *bloblang.Executor // nil: no arguments
 }
@@ -124,35 +113,8 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqlDriver, openDSN := "pgx", dsn
-	p.where = "postgres database"
-	if driver == driverSQLite {
-		sqlDriver, p.where = "sqlite", "SQLite file "+dsn
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		openDSN = dsn + sep + "_pragma=busy_timeout(5000)"
-		// Like dedup_ledger: whichever opens the file first creates it.
-		path, _, _ := strings.Cut(dsn, "?")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return nil, fmt.Errorf("sql_query: creating the directory of SQLite file %s: %w", path, err)
-		}
-	}
-	if p.db, err = sql.Open(sqlDriver, openDSN); err != nil {
-		return nil, fmt.Errorf("sql_query: open %s: %w; check dsn", p.where, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := p.db.PingContext(ctx); err != nil {
-		p.db.Close()
-		return nil, fmt.Errorf("sql_query: connect to %s: %w; check dsn", p.where, err)
-	}
-	for i, st := range inits {
-		if _, err := p.db.ExecContext(ctx, st); err != nil {
-			p.db.Close()
-			return nil, fmt.Errorf("sql_query: %s: init_statements[%d]: %w", p.where, i, err)
-		}
+	if p.db, err = sqlrows.Open(driver, dsn, inits); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -160,7 +122,7 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
 	for i, msg := range batch {
 		if err := p.run(ctx, batch, i); err != nil {
-			msg.SetError(fmt.Errorf("sql_query: %s: %w", p.where, err))
+			msg.SetError(fmt.Errorf("sql_query: %s: %w", p.db.Where, err))
 		}
 	}
 	return []service.MessageBatch{batch}, nil
@@ -174,41 +136,11 @@ func (p *processor) run(ctx context.Context, batch service.MessageBatch, i int) 
 			return fmt.Errorf("args_mapping: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	rows, err := p.db.QueryContext(ctx, p.query, args...)
-	if err != nil {
-		return err
+	rows, ok, err := p.db.Query(ctx, p.query, args)
+	if ok {
+		batch[i].SetStructuredMut(rows)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil || len(cols) == 0 {
-		return err
-	}
-	out := []any{}
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for k := range vals {
-			ptrs[k] = &vals[k]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return err
-		}
-		row := make(map[string]any, len(cols))
-		for k, c := range cols {
-			if b, ok := vals[k].([]byte); ok {
-				vals[k] = string(b)
-			}
-			row[c] = vals[k]
-		}
-		out = append(out, row)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	batch[i].SetStructuredMut(out)
-	return nil
+	return err
 }
 
 func (p *processor) Close(context.Context) error { return p.db.Close() }
