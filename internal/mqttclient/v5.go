@@ -376,7 +376,13 @@ func (c *v5Conn) disconnect(bool) {
 		}
 	}
 	_ = c.net.Close()
-	<-c.cli.Done() // paho's workers end with the network connection
+	// paho's workers end with the network connection; one stuck in a
+	// handler must not hold up the reconnect loop or Close for good.
+	select {
+	case <-c.cli.Done():
+	case <-time.After(disconnectWait):
+		c.log.Warnf("MQTT 5 client did not stop within %s of its connection closing; continuing without it", disconnectWait)
+	}
 }
 
 // disconnectWait bounds each step of disconnect.
