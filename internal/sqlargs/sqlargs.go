@@ -13,11 +13,20 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
-// Of runs exec on message i of batch; its result must be an array of
+// For prepares mapping for one batch (nil when there is none): an executor
+// built once per batch, not once per message.
+func For(batch service.MessageBatch, mapping *bloblang.Executor) *service.MessageBatchBloblangExecutor {
+	if mapping == nil {
+		return nil
+	}
+	return batch.BloblangExecutor(mapping)
+}
+
+// Of runs exec on message i of its batch; its result must be an array of
 // scalars. JSON numbers become int64 or float64 (a driver would send
 // Benthos's json.Number as text); objects and arrays are refused.
-func Of(batch service.MessageBatch, i int, exec *bloblang.Executor) ([]any, error) {
-	res, err := batch.BloblangQuery(i, exec)
+func Of(exec *service.MessageBatchBloblangExecutor, i int) ([]any, error) {
+	res, err := exec.Query(i)
 	if err != nil {
 		return nil, err
 	}

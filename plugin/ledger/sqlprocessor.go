@@ -69,8 +69,12 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 	results := make([]*service.Message, len(batch)) // nil: dropped
 	var entries []sqlledger.Entry
 	var of []int // message of each entry
+	args := make([]*service.MessageBatchBloblangExecutor, len(p.s.sql.apply))
+	for j, st := range p.s.sql.apply {
+		args[j] = sqlargs.For(batch, st.args)
+	}
 	for i, msg := range batch {
-		entry, err := p.entryFor(batch, i)
+		entry, err := p.entryFor(batch, args, i)
 		if err != nil {
 			results[i] = p.fail(msg, err)
 			continue
@@ -90,21 +94,21 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 }
 
 // entryFor evaluates the key, the payload hash and every statement's
-// arguments of message i.
-func (p *sqlProcessor) entryFor(batch service.MessageBatch, i int) (sqlledger.Entry, error) {
+// arguments (args[j] for statement j) of message i.
+func (p *sqlProcessor) entryFor(batch service.MessageBatch, args []*service.MessageBatchBloblangExecutor, i int) (sqlledger.Entry, error) {
 	key, hash, err := p.keyOf(batch, i)
 	if err != nil {
 		return sqlledger.Entry{}, err
 	}
 	stmts := make([]sqlledger.Exec, 0, len(p.s.sql.apply))
 	for j, st := range p.s.sql.apply {
-		var args []any
-		if st.args != nil {
-			if args, err = sqlargs.Of(batch, i, st.args); err != nil {
+		var stmtArgs []any
+		if args[j] != nil {
+			if stmtArgs, err = sqlargs.Of(args[j], i); err != nil {
 				return sqlledger.Entry{}, fmt.Errorf("dedup_ledger: key %s: sql.apply[%d].args_mapping: %w; nothing was committed", key, j, err)
 			}
 		}
-		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: args})
+		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: stmtArgs})
 	}
 	return sqlledger.Entry{Key: key, Hash: hash[:], Stmts: stmts}, nil
 }

@@ -120,25 +120,27 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 }
 
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	args := sqlargs.For(batch, p.args)
 	for i, msg := range batch {
-		if err := p.run(ctx, batch, i); err != nil {
+		if err := p.run(ctx, msg, args, i); err != nil {
 			msg.SetError(fmt.Errorf("sql_query: %s: %w", p.db.Where, err))
 		}
 	}
 	return []service.MessageBatch{batch}, nil
 }
 
-func (p *processor) run(ctx context.Context, batch service.MessageBatch, i int) error {
+// run queries for message i (msg); argsExec evaluates its arguments.
+func (p *processor) run(ctx context.Context, msg *service.Message, argsExec *service.MessageBatchBloblangExecutor, i int) error {
 	var args []any
-	if p.args != nil {
+	if argsExec != nil {
 		var err error
-		if args, err = sqlargs.Of(batch, i, p.args); err != nil {
+		if args, err = sqlargs.Of(argsExec, i); err != nil {
 			return fmt.Errorf("args_mapping: %w", err)
 		}
 	}
 	rows, ok, err := p.db.Query(ctx, p.query, args)
 	if ok {
-		batch[i].SetStructuredMut(rows)
+		msg.SetStructuredMut(rows)
 	}
 	return err
 }
