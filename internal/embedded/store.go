@@ -13,6 +13,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // storeFile is the broker's bbolt file inside its data directory.
@@ -116,7 +117,7 @@ func (h *storeHook) Init(config any) error {
 	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout})
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return fmt.Errorf("open broker store %s: file is locked, another process is running a broker on this dir; "+
 				"stop it or choose another ?dir=", path)
 		}
