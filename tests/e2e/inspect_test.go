@@ -378,20 +378,35 @@ func TestOutboxPurgeRemovesExactlyWhatItNames(t *testing.T) {
 	}
 
 	// --older-than: records enqueued before a gap go, the ones after stay.
-	old := filepath.Join(dir, "old.db")
-	fillOutbox(t, old, 1, 5, 1, textPayload)
-	gap := time.Now()
-	time.Sleep(2 * time.Second)
-	fillOutbox(t, old, 6, 5, 1, textPayload)
-	// The cutoff falls one second into the gap, whenever the binary reads
-	// the clock within the next second.
-	olderThan := time.Since(gap) - time.Second
-	r = inspectCLI(t, "outbox", "purge", old, "--older-than", olderThan.String(), "--yes")
-	if r.code != 0 {
-		t.Fatalf("purge --older-than: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	if got := strings.Join(pendingIDs(t, old), " "); got != "ev-6 ev-7 ev-8 ev-9 ev-10" {
-		t.Fatalf("after purge --older-than the gap: %s", got)
+	// The binary reads its clock somewhere between exec and exit; with the
+	// cutoff aimed at the middle of the gap, the outcome is fixed only if
+	// that window is shorter than half the gap. A purge that took longer
+	// (a loaded machine) is repeated on a new file with a longer gap.
+	gap := 2 * time.Second
+	for attempt := 1; ; attempt++ {
+		old := filepath.Join(dir, fmt.Sprintf("old-%d.db", attempt))
+		fillOutbox(t, old, 1, 5, 1, textPayload)
+		lastOld := time.Now()
+		time.Sleep(gap)
+		fillOutbox(t, old, 6, 5, 1, textPayload)
+		start := time.Now()
+		olderThan := start.Sub(lastOld.Add(gap / 2))
+		r = inspectCLI(t, "outbox", "purge", old, "--older-than", olderThan.String(), "--yes")
+		took := time.Since(start)
+		if r.code != 0 {
+			t.Fatalf("purge --older-than: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if took < gap/2 {
+			if got := strings.Join(pendingIDs(t, old), " "); got != "ev-6 ev-7 ev-8 ev-9 ev-10" {
+				t.Fatalf("after purge --older-than the middle of a %s gap: %s", gap, got)
+			}
+			break
+		}
+		if attempt == 4 {
+			t.Fatalf("purge --older-than took %s, more than half of a %s gap, %d times: cannot tell where its cutoff fell", took, gap, attempt)
+		}
+		t.Logf("purge --older-than took %s, more than half of a %s gap: again with a longer gap", took, gap)
+		gap = 3 * took
 	}
 }
 
