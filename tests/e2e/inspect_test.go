@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -424,11 +425,9 @@ output:
     topic: t
     outbox: {path: %q}
 `, path), harness.ProcOptions{})
-	harness.Eventually(t, 30*time.Second, "the process to create its outbox", func() bool {
-		_, err := os.Stat(path)
-		return err == nil && holder.Running()
+	harness.Eventually(t, 30*time.Second, "the process to hold its outbox's lock", func() bool {
+		return holder.Running() && lockedByOther(t, path)
 	})
-	time.Sleep(200 * time.Millisecond) // the open is done once the file exists and is locked
 	for _, args := range [][]string{
 		{"outbox", "stat", path},
 		{"outbox", "export", path, "-o", filepath.Join(filepath.Dir(path), "export.jsonl")},
@@ -444,6 +443,31 @@ output:
 	if _, err := os.Stat(filepath.Join(filepath.Dir(path), "export.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a failed export left its -o file behind (%v)", err)
 	}
+}
+
+// lockedByOther reports whether another process holds the flock that
+// bbolt takes on path: a shared lock, tried without waiting, is refused.
+// (A lock this probe gets is released at once; bbolt's own open waits up
+// to 2 s for it.)
+func lockedByOther(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return false
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock %s: %v", path, err)
+	}
+	return true
 }
 
 // A foreign or damaged file gets the plugins' refusal and stays unchanged.
