@@ -32,7 +32,7 @@ func TestOutputBrokerConfirmIsNotDelivery(t *testing.T) {
 		pub := outPublisher{url: m.URL(), outboxPath: path, count: count, topic: "plant/offline", window: 16,
 			extra: []string{"envelope: delivery"}}
 		p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
-		harness.Eventually(t, outWait, "all messages accepted", func() bool { return len(outAccepted(t, p.RunLog())) == count })
+		outWaitAccepted(t, p, count)
 		// Every record confirmed by PUBACK: the outbox is empty.
 		outWaitDrained(t, p, path, outFromDelivery, count, nil)
 
@@ -53,7 +53,7 @@ func TestOutputBrokerConfirmIsNotDelivery(t *testing.T) {
 		pub := outPublisher{url: m.URL(), outboxPath: path, count: count, topic: "plant/offline", window: 16,
 			extra: []string{"confirm: end_to_end", "data_topic: e2e/data", "ack_topic: e2e/acks"}}
 		p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
-		harness.Eventually(t, outWait, "all messages accepted", func() bool { return len(outAccepted(t, p.RunLog())) == count })
+		outWaitAccepted(t, p, count)
 		// Published and PUBACKed over and over (ack_timeout 2s), yet kept.
 		harness.Eventually(t, outWait, "a resend after an ACK timeout", func() bool {
 			return strings.Contains(p.RunLog(), "no ACK on e2e/acks for event")

@@ -19,6 +19,27 @@ import (
 // suites: generous for a shared 2-core machine, still finite.
 const outWait = 60 * time.Second
 
+// outStall and outLimit bound a wait for a stream of messages (accepted,
+// delivered, drained), whose length is the machine's speed: it fails once
+// nothing moved for outStall, or after outLimit in all.
+const (
+	outStall = 60 * time.Second
+	outLimit = 10 * time.Minute
+)
+
+// outWaitAccepted waits until the current run of p has accepted all of
+// 1..count, for as long as it keeps accepting.
+func outWaitAccepted(t *testing.T, p *harness.Proc, count int) {
+	t.Helper()
+	all := outUpTo(count)
+	if !harness.PollProgress(outStall, outLimit, func() (int, bool) {
+		n := len(outMissing(all, outAccepted(t, p.RunLog())))
+		return -n, n == 0
+	}) {
+		t.Fatalf("the current run has not accepted %v (first 20) and accepted nothing for %s", outMissing(all, outAccepted(t, p.RunLog())), outStall)
+	}
+}
+
 // outPublisher describes a reliable-mqtt pipeline that generates {"n":1} ..
 // {"n":count} (one every millisecond) into reliable_mqtt_out.
 //
@@ -245,19 +266,21 @@ func outUpTo(n int) map[int]bool {
 func outWaitDrained(t *testing.T, p *harness.Proc, path string, inner outInner, count int, delivered func() map[int]bool) {
 	t.Helper()
 	all := outUpTo(count)
-	if !harness.Poll(outWait, func() bool { return len(outMissing(all, outAccepted(t, p.RunLog()))) == 0 }) {
-		t.Fatalf("after %s the current run has not accepted %v (first 20)", outWait, outMissing(all, outAccepted(t, p.RunLog())))
-	}
-	if delivered != nil && !harness.Poll(outWait, func() bool { return len(outMissing(all, delivered())) == 0 }) {
-		t.Fatalf("after %s still not delivered: %v (first 20); the publisher's last stats line says %d pending",
-			outWait, outMissing(all, delivered()), outLastPending(p.RunLog()))
+	outWaitAccepted(t, p, count)
+	if delivered != nil && !harness.PollProgress(outStall, outLimit, func() (int, bool) {
+		n := len(outMissing(all, delivered()))
+		return -n, n == 0
+	}) {
+		t.Fatalf("still not delivered: %v (first 20), and nothing more for %s; the publisher's last stats line says %d pending",
+			outMissing(all, delivered()), outStall, outLastPending(p.RunLog()))
 	}
 	from := len(p.RunLog())
-	if !harness.Poll(outWait, func() bool {
+	if !harness.PollProgress(outStall, outLimit, func() (int, bool) {
 		log := p.RunLog()
-		return len(log) > from && outLastPending(log[from:]) == 0
+		n := outLastPending(log[from:])
+		return -n, len(log) > from && n == 0
 	}) {
-		t.Fatalf("the outbox did not drain within %s: the last stats line says %d pending", outWait, outLastPending(p.RunLog()))
+		t.Fatalf("the outbox did not drain: the last stats line says %d pending, no fewer for %s", outLastPending(p.RunLog()), outStall)
 	}
 	if err := p.Stop(15 * time.Second); err != nil {
 		t.Fatalf("stopping the publisher: %v", err)

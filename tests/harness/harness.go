@@ -59,3 +59,28 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(pollInterval)
 	}
 }
+
+// PollProgress is Poll for a wait whose length is the machine's speed
+// times a fixed amount of work (a stream of messages to accept, deliver or
+// drain): a slow machine must not fail it, a stuck one must. cond returns
+// how far the work got (any number that grows as it goes on) and whether
+// it is done. PollProgress gives up when that number has not changed for
+// stall, or after limit in all, and reports whether cond was done.
+func PollProgress(stall, limit time.Duration, cond func() (progress int, done bool)) bool {
+	start := time.Now()
+	last, lastChange := 0, start
+	for first := true; ; first = false {
+		n, done := cond()
+		if done {
+			return true
+		}
+		now := time.Now()
+		if first || n != last {
+			last, lastChange = n, now
+		}
+		if now.Sub(lastChange) > stall || now.Sub(start) > limit {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}

@@ -444,3 +444,27 @@ func TestFreePortCanBeListenedOn(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// PollProgress waits as long as the work moves, and gives up once it
+// stands still for the stall time.
+func TestPollProgressWaitsWhileProgressingAndGivesUpWhenStuck(t *testing.T) {
+	calls := 0
+	if !PollProgress(time.Minute, time.Minute, func() (int, bool) { calls++; return calls, calls == 30 }) {
+		t.Fatal("PollProgress gave up on a condition that progressed on every call")
+	}
+	start := time.Now()
+	if PollProgress(200*time.Millisecond, time.Minute, func() (int, bool) { return 7, false }) {
+		t.Fatal("PollProgress reported done for a condition that never was")
+	}
+	if took := time.Since(start); took < 200*time.Millisecond || took > 30*time.Second {
+		t.Fatalf("a stuck condition was given up after %s, want about the stall time of 200ms", took)
+	}
+	calls = 0
+	start = time.Now()
+	if PollProgress(time.Minute, 200*time.Millisecond, func() (int, bool) { calls++; return calls, false }) {
+		t.Fatal("PollProgress reported done for a condition that never was")
+	}
+	if took := time.Since(start); took < 200*time.Millisecond || took > 30*time.Second {
+		t.Fatalf("a progressing but endless condition was given up after %s, want about the limit of 200ms", took)
+	}
+}
