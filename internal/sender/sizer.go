@@ -25,9 +25,14 @@ import (
 //     confirmation (at most doubling per round trip), so while confirmed
 //     throughput grows with the window it keeps growing; once the link is
 //     full the rate stops growing, the RTT inflates instead, and the window
-//     stops at twice the link's capacity. When the target falls (a slower
-//     link, a longer minimum RTT after a probe is not what shrinks it: a
-//     lower rate is), the window falls to it at once.
+//     stops at most at twice the link's capacity. When the target falls (a
+//     slower link), the window falls to it at once.
+//   - Queueing. Confirmations that arrive in bursts (a broker answering a
+//     batch of PUBLISHes at once) can overstate the rate, so the window
+//     also grows only while the smoothed RTT stays below queueLimit × the
+//     minimum RTT (TCP Vegas's test): once the records it adds only wait
+//     in a queue, it holds. On loopback the floor already keeps a queue (the
+//     broker's CPU is the bottleneck), so the window stays at the floor.
 //   - Records the application did not supply are not the link's limit: a
 //     sample taken while the window ran dry (app-limited, as BBR names it)
 //     can raise the estimate but never lower it.
@@ -60,6 +65,7 @@ type sizer struct {
 
 	minRTT   time.Duration
 	minRTTAt time.Time
+	srtt     time.Duration // smoothed RTT (1/8 per sample, as TCP's)
 
 	probing      bool
 	probeStart   time.Time
@@ -72,7 +78,11 @@ const (
 	// fixed window of earlier versions, measured best on loopback.
 	initialWindow = 64
 	cwndGain      = 2
-	bwRounds      = 10
+	// queueLimit: the window grows only while the smoothed RTT is below
+	// this many minimum RTTs, i.e. while the records it adds do not just
+	// wait in a queue (TCP Vegas's test).
+	queueLimit = 2
+	bwRounds   = 10
 	// A probe costs about one round trip of an idle link, so it comes
 	// every probeEvery plus probeEveryRTTs round trips.
 	probeEvery     = 10 * time.Second
@@ -167,11 +177,17 @@ func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
 		}
 	}
 
-	t := s.target()
-	if s.cwnd < t {
-		s.cwnd++
+	if s.srtt == 0 {
+		s.srtt = rtt
 	} else {
+		s.srtt += (rtt - s.srtt) / 8
+	}
+	t := s.target()
+	switch {
+	case s.cwnd > t:
 		s.cwnd = t
+	case s.cwnd < t && s.srtt < queueLimit*s.minRTT:
+		s.cwnd++
 	}
 }
 

@@ -19,6 +19,7 @@ type simLink struct {
 	rate   func(t time.Duration) float64       // bottleneck, records/s
 	jitter time.Duration                       // uniform in ±jitter
 	app    float64                             // records/s the source supplies; 0: a backlog
+	burst  time.Duration                       // confirmations are released together, every burst
 }
 
 type simFlight struct {
@@ -100,6 +101,9 @@ func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
 				back += time.Duration(rng.Int64N(int64(2*l.jitter))) - l.jitter
 			}
 			confirmAt := later(depart.Add(back), lastConfirm)
+			if l.burst > 0 {
+				confirmAt = start.Add((confirmAt.Sub(start)/l.burst + 1) * l.burst)
+			}
 			lastConfirm = confirmAt
 			queue = append(queue, simFlight{sentAt: now, confirmAt: confirmAt, mark: sz.sent()})
 			sent++
@@ -191,6 +195,16 @@ func TestSizerStaysAtTheFloorOnLoopback(t *testing.T) {
 	}
 	if res.maxInflight > initialWindow {
 		t.Errorf("%d in flight, want at most %d", res.maxInflight, initialWindow)
+	}
+}
+
+// A loaded loopback broker that answers in bursts (every 2 ms, 5,000
+// records/s): the bursts make the rate look higher than it is, but the
+// records already queue at the floor, so the window stays there.
+func TestSizerStaysAtTheFloorWhenConfirmationsComeInBursts(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(300 * time.Microsecond), rate: constRate(5000), burst: 2 * time.Millisecond}, DefaultWindow, 20*time.Second)
+	if m := res.maxLimit(0); m != initialWindow {
+		t.Errorf("window reached %d, want it to stay at %d", m, initialWindow)
 	}
 }
 
