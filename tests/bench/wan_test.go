@@ -62,7 +62,9 @@ func wanLink(b *testing.B, m *harness.Mosquitto, rtt time.Duration) *harness.Lin
 // BenchmarkWAN: confirmed msgs/s at each RTT of WAN_RTTS, for confirm:
 // broker and end_to_end on MQTT 3.1.1 and 5, against the paho baseline;
 // `e2e/5/rm20` is end to end on MQTT 5 against a mosquitto with its
-// default max_inflight_messages 20 (the Receive Maximum it announces).
+// default max_inflight_messages 20 (the Receive Maximum it announces), and
+// `broker/3.1.1/max_inflight=20` a 3.1.1 publisher against that mosquitto
+// (which does not hold 3.1.1 publishers to it).
 func BenchmarkWAN(b *testing.B) {
 	for _, rtt := range wanRTTs(b) {
 		b.Run(fmt.Sprintf("rtt=%s", rtt), func(b *testing.B) {
@@ -81,6 +83,11 @@ func BenchmarkWAN(b *testing.B) {
 					wanEndToEnd(b, m, rtt, proto)
 				})
 			}
+			b.Run("broker/3.1.1/max_inflight=20", func(b *testing.B) {
+				m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
+				s := startStream(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic)
+				measureLive(b, m, s, "confirmed")
+			})
 			b.Run("e2e/5/rm20", func(b *testing.B) {
 				m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
 				wanEndToEnd(b, m, rtt, "5")
