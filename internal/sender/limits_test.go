@@ -11,30 +11,101 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
-// TestWindowNeverExceedsTheServersReceiveMaximum: with a configured window
-// of 64 and a server Receive Maximum of 5, a session's window publishes 5
-// records and no more until one is confirmed.
+// TestWindowNeverExceedsTheServersReceiveMaximum: with a window of 64 and a
+// server Receive Maximum of 5, a session's window publishes 5 records and
+// no more until one is confirmed by its PUBACK.
 func TestWindowNeverExceedsTheServersReceiveMaximum(t *testing.T) {
 	ob := openOutbox(t, 20)
 	lim := mqttclient.NoLimits
 	lim.ReceiveMaximum = 5
-	w := newWindow(windowSize(64, lim), time.Minute)
+	w := newWindow(newSizer(64, time.Now()), pubackLimit(lim), time.Minute)
 	var s sent
 	refill(t, w, ob, noSkip, &s)
 	if len(s.ids) != 5 || w.len() != 5 {
 		t.Fatalf("published %v (%d in flight), want 5 with Receive Maximum 5", s.ids, w.len())
 	}
-	confirm(t, w, "e1")
+	if !w.heldByServer {
+		t.Fatal("the window is held at the Receive Maximum below its limit, but heldByServer is not set")
+	}
+	confirm(t, w, "e1") // confirm: broker: its PUBACK, read and confirmed
 	refill(t, w, ob, noSkip, &s)
 	if len(s.ids) != 6 || w.len() != 5 {
 		t.Fatalf("after one confirmation: published %d (%d in flight), want 6 (5)", len(s.ids), w.len())
 	}
-	if got := windowSize(64, mqttclient.NoLimits); got != 64 {
-		t.Fatalf("windowSize with no server limit = %d, want the configured 64", got)
+	if got := pubackLimit(mqttclient.NoLimits); got != 65535 {
+		t.Fatalf("pubackLimit with no server limit = %d, want 65535", got)
 	}
-	lim.ReceiveMaximum = 1000
-	if got := windowSize(64, lim); got != 64 {
-		t.Fatalf("windowSize(64, Receive Maximum 1000) = %d, want 64", got)
+}
+
+// TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum: with
+// end_to_end a record whose PUBACK came holds no packet ID while it waits
+// for its ACK, so a Receive Maximum of 5 bounds only those awaiting a PUBACK.
+func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
+	ob := openOutbox(t, 40)
+	w := newWindow(newSizer(16, time.Now()), 5, time.Minute)
+	var s pending
+	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.toks) != 5 {
+		t.Fatalf("published %d before any PUBACK, want the Receive Maximum of 5", len(s.toks))
+	}
+	s.puback(3) // PUBACKs of e1..e3; their ACKs are still to come
+	readPUBACKs(w)
+	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.toks) != 8 || w.len() != 8 {
+		t.Fatalf("published %d (%d unconfirmed), want 8: 3 PUBACKed awaiting their ACK and 5 awaiting a PUBACK", len(s.toks), w.len())
+	}
+	// An ACK before its PUBACK (e4): the record is confirmed but still
+	// holds its packet ID until the PUBACK comes.
+	confirm(t, w, "e4")
+	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.toks) != 8 {
+		t.Fatalf("published %d, want still 8: e4 awaits its PUBACK", len(s.toks))
+	}
+	s.puback(5) // e4 and e5
+	readPUBACKs(w)
+	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.toks) != 10 || w.len() != 9 {
+		t.Fatalf("published %d (%d unconfirmed), want 10 (9)", len(s.toks), w.len())
+	}
+}
+
+// pending publishes with tokens the test completes: its PUBACKs.
+type pending struct{ toks []*testToken }
+
+type testToken struct{ done chan struct{} }
+
+func (t *testToken) Done() <-chan struct{} { return t.done }
+func (t *testToken) Error() error          { return nil }
+
+func (p *pending) publish(outbox.Record) Token {
+	tok := &testToken{done: make(chan struct{})}
+	p.toks = append(p.toks, tok)
+	return tok
+}
+
+// puback completes the tokens of the first n publishes.
+func (p *pending) puback(n int) {
+	for _, tok := range p.toks[:n] {
+		select {
+		case <-tok.done:
+		default:
+			close(tok.done)
+		}
+	}
+}
+
+// readPUBACKs reads every completed token in order, as the session does.
+func readPUBACKs(w *window) {
+	for f := w.nextUnread(); f != nil && tokenDone(f.tok); f = w.nextUnread() {
+		w.read()
 	}
 }
 
@@ -42,7 +113,7 @@ func TestWindowNeverExceedsTheServersReceiveMaximum(t *testing.T) {
 // confirm a record before its PUBACK is read; the PUBACK queue then skips it.
 func TestUnreadTokensSkipFlightsConfirmedFirst(t *testing.T) {
 	ob := openOutbox(t, 3)
-	w := newWindow(3, time.Minute)
+	w := fixedWindow(3)
 	var s sent
 	refill(t, w, ob, noSkip, &s)
 	confirm(t, w, "e1", "e2")

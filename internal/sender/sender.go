@@ -19,7 +19,7 @@ import (
 
 // Config is what the sender needs of the output's configuration.
 type Config struct {
-	Window         int           // records in flight at most (outbox mode)
+	Window         int           // records in flight at most (outbox mode); the sizer picks how many below it
 	PublishTimeout time.Duration // wait for a PUBACK (and, direct mode, for a connection)
 	EndToEnd       bool          // confirmation is an ACK on AckTopic, not the PUBACK
 	AckTopic       string
@@ -34,6 +34,7 @@ type Config struct {
 
 // Logger is what the sender logs through (Benthos's *service.Logger fits).
 type Logger interface {
+	Infof(format string, args ...any)
 	Warnf(format string, args ...any)
 	Errorf(format string, args ...any)
 }
@@ -44,6 +45,9 @@ type Metrics interface {
 	OnConfirmed(latency time.Duration)
 	OnRetried()
 	SetConnected(bool)
+	// SetWindow reports the records a session may keep unconfirmed now
+	// (the sizer's limit, within the server's Receive Maximum).
+	SetWindow(n int)
 	// OnIgnoredACK counts an ACK that confirmed nothing, by reason.
 	OnIgnoredACK(reason string)
 	// OnReasonCode counts an MQTT 5 PUBACK reason code that failed a
@@ -57,7 +61,8 @@ type Metrics interface {
 //   - a record is removed only after its confirmation (PUBACK for broker,
 //     an ACK with its event ID for end_to_end); no failure removes anything;
 //   - records are published in FIFO order, at most Window unconfirmed at a
-//     time, and only on a ready connection (ACK subscription confirmed);
+//     time (fewer while the link does not need them: see sizer), and only
+//     on a ready connection (ACK subscription confirmed);
 //   - after any failure (timeout, publish error, lost connection) the next
 //     session starts again from the oldest unconfirmed record (a new
 //     window), so a newer record never overtakes an older one on retry.
@@ -137,12 +142,14 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 	if sd.s.EndToEnd {
 		wait, what = sd.s.AckTimeout, "ACK on "+sd.s.AckTopic
 	}
-	w := newWindow(windowSize(sd.s.Window, conn.Limits()), wait)
+	rm := pubackLimit(conn.Limits())
+	w := newWindow(newSizer(sd.s.Window, time.Now()), rm, wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	shown, held := -1, false
 
-	confirm := func(f *flight) {
-		w.remove(f)
+	confirm := func(f *flight, now time.Time) {
+		w.remove(f, now)
 		sd.ignored.confirmed(f.rec.EventID)
 		sd.removal.add(f.rec.Seq)
 		sd.m.OnConfirmed(time.Since(f.sentAt))
@@ -167,6 +174,15 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		if err := w.refill(sd.ob, sd.removal.confirmed, publish, onCorrupt); err != nil {
 			return progress, fmt.Errorf("reading outbox: %w", err)
 		}
+		if eff := sd.effectiveWindow(w); eff != shown {
+			shown = eff
+			sd.m.SetWindow(eff)
+		}
+		if w.heldByServer && !held {
+			held = true
+			sd.log.Infof("The server's Receive Maximum of %d holds the records awaiting a PUBACK below the window of %d this link could carry (outbox %s); raise it on the broker (mosquitto: max_inflight_messages) for more throughput on a long round trip",
+				rm, w.sz.limit(), sd.ob.Path())
+		}
 
 		// The broker PUBACKs one client's publishes in order, so waiting on
 		// the oldest unread token is enough; newer ones are collected
@@ -188,19 +204,24 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		case <-conn.Lost():
 			return progress, errors.New("connection lost")
 		case <-nextPuback:
+			now := time.Now()
 			for f := w.nextUnread(); f != nil && tokenDone(f.tok); f = w.nextUnread() {
 				w.read()
+				if f.done {
+					continue // its ACK came first: nothing to learn from the PUBACK
+				}
 				if err := f.tok.Error(); err != nil {
 					return progress, publishFailed(sd.m, f.rec.EventID, plainTopic(f.rec.Topic), err)
 				}
 				if !sd.s.EndToEnd {
-					confirm(f)
+					confirm(f, now)
 				}
 			}
 		case <-sd.acks.signal:
+			now := time.Now()
 			for _, id := range sd.acks.drain() {
 				if f := w.lookup(id); f != nil {
-					confirm(f)
+					confirm(f, now)
 				} else {
 					sd.ignored.unmatched(id)
 				}
@@ -211,6 +232,16 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 			return progress, fmt.Errorf("no %s for event %s within %s", what, f.rec.EventID, wait)
 		}
 	}
+}
+
+// effectiveWindow is how many records may be unconfirmed now: the sizer's
+// limit, and with confirm: broker (where every unconfirmed record awaits its
+// PUBACK) never more than the server's Receive Maximum.
+func (sd *Sender) effectiveWindow(w *window) int {
+	if sd.s.EndToEnd {
+		return w.sz.limit()
+	}
+	return min(w.sz.limit(), w.pubackMax)
 }
 
 // remover deletes confirmed records in batches: one transaction (one fsync)

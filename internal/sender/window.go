@@ -28,6 +28,7 @@ type flight struct {
 	tok      Token
 	sentAt   time.Time
 	deadline time.Time
+	mark     sendMark // the sizer's state at the send
 	elem     *list.Element
 	done     bool // confirmed: an end-to-end ACK can come before its PUBACK is read
 }
@@ -40,7 +41,10 @@ type source interface {
 // window is what one session has published and not yet seen confirmed.
 //
 // Invariants, enforced here:
-//   - records enter in outbox (FIFO) order and at most size are in it;
+//   - records enter in outbox (FIFO) order and at most the sizer's limit
+//     are in it, of which at most pubackMax await their PUBACK (the
+//     server's Receive Maximum: with end_to_end a record the broker has
+//     PUBACKed holds no packet ID while it waits for its ACK);
 //   - a new window starts from the oldest record of the outbox, so after a
 //     failed session every unconfirmed record is sent again, oldest first,
 //     and a newer record never overtakes an older one;
@@ -49,29 +53,41 @@ type source interface {
 //   - the oldest flight has the earliest deadline: deadlines grow front to
 //     back because records enter in time order with one timeout.
 type window struct {
-	size     int
-	wait     time.Duration // how long a flight waits for its confirmation
-	inflight *list.List    // of *flight, oldest first
-	byID     map[string]*flight
-	cursor   uint64 // Seq of the last record read; 0 = from the oldest
+	sz        *sizer
+	pubackMax int
+	wait      time.Duration // how long a flight waits for its confirmation
+	inflight  *list.List    // of *flight, oldest first
+	byID      map[string]*flight
+	cursor    uint64 // Seq of the last record read; 0 = from the oldest
 	// unread are the flights whose publish token has not been read yet, in
-	// publish order, which is the order the broker PUBACKs them in. With
-	// confirm: broker it holds the same flights as inflight.
+	// publish order, which is the order the broker PUBACKs them in: the
+	// publishes awaiting their PUBACK. With confirm: broker it holds the
+	// same flights as inflight.
 	unread []*flight
+	// heldByServer is set when a refill stopped at pubackMax below the
+	// sizer's limit: the server's limit, not the link, holds the window.
+	heldByServer bool
 }
 
-func newWindow(size int, wait time.Duration) *window {
-	return &window{size: size, wait: wait, inflight: list.New(), byID: map[string]*flight{}}
+func newWindow(sz *sizer, pubackMax int, wait time.Duration) *window {
+	return &window{sz: sz, pubackMax: pubackMax, wait: wait, inflight: list.New(), byID: map[string]*flight{}}
 }
 
-// windowSize is the window of a session: the configured size, never more
-// than the server's Receive Maximum (MQTT 5 §3.2.2.3.3: a client must not
-// have more unacknowledged QoS 1 publishes than that).
-func windowSize(configured int, l mqttclient.ServerLimits) int {
-	if rm := int(l.ReceiveMaximum); rm > 0 && rm < configured {
+// pubackLimit is how many publishes may await their PUBACK on a
+// connection: the server's Receive Maximum (MQTT 5 §3.2.2.3.3: a client
+// must not have more unacknowledged QoS 1 publishes than that; 65535, the
+// protocol's most, on 3.1.1).
+func pubackLimit(l mqttclient.ServerLimits) int {
+	if rm := int(l.ReceiveMaximum); rm > 0 {
 		return rm
 	}
-	return configured
+	return int(mqttclient.NoLimits.ReceiveMaximum)
+}
+
+// room is how many more records may be published now.
+func (w *window) room() int {
+	w.trimUnread()
+	return min(w.sz.limit()-w.len(), w.pubackMax-len(w.unread))
 }
 
 // len is the number of records in flight.
@@ -83,8 +99,13 @@ func (w *window) len() int { return w.inflight.Len() }
 // passed to onCorrupt and stepped over (it stays in the outbox); any other
 // read error ends the refill.
 func (w *window) refill(src source, skip func(seq uint64) bool, publish func(outbox.Record) Token, onCorrupt func(*outbox.CorruptRecordError)) error {
-	for w.len() < w.size {
-		recs, err := src.Read(w.cursor, w.size-w.len())
+	for {
+		n := w.room()
+		if n <= 0 {
+			w.heldByServer = w.heldByServer || len(w.unread) >= w.pubackMax && w.len() < w.sz.limit()
+			return nil
+		}
+		recs, err := src.Read(w.cursor, n)
 		var corrupt *outbox.CorruptRecordError
 		if err != nil && !errors.As(err, &corrupt) {
 			return err
@@ -95,7 +116,7 @@ func (w *window) refill(src source, skip func(seq uint64) bool, publish func(out
 				continue
 			}
 			now := time.Now()
-			f := &flight{rec: r, sentAt: now, deadline: now.Add(w.wait)}
+			f := &flight{rec: r, sentAt: now, deadline: now.Add(w.wait), mark: w.sz.sent()}
 			f.elem = w.inflight.PushBack(f)
 			w.byID[r.EventID] = f
 			f.tok = publish(r)
@@ -107,10 +128,10 @@ func (w *window) refill(src source, skip func(seq uint64) bool, publish func(out
 			continue
 		}
 		if len(recs) == 0 {
+			w.sz.appLimited(w.len()) // the outbox ran dry below the limit
 			return nil
 		}
 	}
-	return nil
 }
 
 // oldest is the flight waiting longest, or nil.
@@ -124,20 +145,29 @@ func (w *window) oldest() *flight {
 // lookup returns the flight of event id, or nil.
 func (w *window) lookup(id string) *flight { return w.byID[id] }
 
-// remove takes a confirmed flight out, making room for the next record.
-func (w *window) remove(f *flight) {
+// remove takes a flight confirmed at now out, making room for the next
+// record, and tells the sizer.
+func (w *window) remove(f *flight, now time.Time) {
 	w.inflight.Remove(f.elem)
 	delete(w.byID, f.rec.EventID)
 	f.done = true
+	w.sz.confirmed(now, f.sentAt, f.mark, w.len())
 }
 
-// nextUnread is the oldest flight whose publish token is still to be read
-// and that is not confirmed yet, or nil.
-func (w *window) nextUnread() *flight {
-	for len(w.unread) > 0 && w.unread[0].done {
+// trimUnread drops the confirmed flights at the front of unread whose
+// PUBACK has come too: their token needs no reading. A confirmed flight
+// whose PUBACK has not come still holds its packet ID.
+func (w *window) trimUnread() {
+	for len(w.unread) > 0 && w.unread[0].done && tokenDone(w.unread[0].tok) {
 		w.unread[0] = nil
 		w.unread = w.unread[1:]
 	}
+}
+
+// nextUnread is the oldest flight whose publish token is still to be read,
+// or nil. It can be confirmed already (an end-to-end ACK before the PUBACK).
+func (w *window) nextUnread() *flight {
+	w.trimUnread()
 	if len(w.unread) == 0 {
 		return nil
 	}

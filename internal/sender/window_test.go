@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -61,6 +62,12 @@ func refill(t *testing.T, w *window, ob *outbox.Outbox, skip func(uint64) bool, 
 	}
 }
 
+// fixedWindow is a window of size records (a sizer whose floor is its
+// bound: size at most initialWindow) on a server without a Receive Maximum.
+func fixedWindow(size int) *window {
+	return newWindow(newSizer(size, time.Now()), pubackLimit(mqttclient.NoLimits), time.Minute)
+}
+
 func confirm(t *testing.T, w *window, ids ...string) []uint64 {
 	t.Helper()
 	var seqs []uint64
@@ -70,14 +77,14 @@ func confirm(t *testing.T, w *window, ids ...string) []uint64 {
 			t.Fatalf("%s is not in flight", id)
 		}
 		seqs = append(seqs, f.rec.Seq)
-		w.remove(f)
+		w.remove(f, time.Now())
 	}
 	return seqs
 }
 
 func TestWindowRefillKeepsAtMostSizeInFlightInFIFOOrder(t *testing.T) {
 	ob := openOutbox(t, 10)
-	w := newWindow(3, time.Minute)
+	w := fixedWindow(3)
 	s := &sent{}
 	refill(t, w, ob, noSkip, s)
 	if !slices.Equal(s.ids, []string{"e1", "e2", "e3"}) || w.len() != 3 {
@@ -106,7 +113,7 @@ func TestWindowRefillKeepsAtMostSizeInFlightInFIFOOrder(t *testing.T) {
 
 func TestWindowDeadlinesGrowFromOldest(t *testing.T) {
 	ob := openOutbox(t, 5)
-	w := newWindow(5, time.Minute)
+	w := fixedWindow(5)
 	refill(t, w, ob, noSkip, &sent{})
 	var last time.Time
 	for e := w.inflight.Front(); e != nil; e = e.Next() {
@@ -123,7 +130,7 @@ func TestWindowDeadlinesGrowFromOldest(t *testing.T) {
 
 func TestWindowRefillPicksUpAppendsAfterRunningDry(t *testing.T) {
 	ob := openOutbox(t, 2)
-	w := newWindow(8, time.Minute)
+	w := fixedWindow(8)
 	s := &sent{}
 	refill(t, w, ob, noSkip, s)
 	confirm(t, w, "e1", "e2")
@@ -143,7 +150,7 @@ func TestWindowRefillPicksUpAppendsAfterRunningDry(t *testing.T) {
 // yet removed from the outbox is not.
 func TestNewWindowResendsFromOldestUnconfirmed(t *testing.T) {
 	ob := openOutbox(t, 8)
-	first := newWindow(4, time.Minute)
+	first := fixedWindow(4)
 	s1 := &sent{}
 	refill(t, first, ob, noSkip, s1)
 	confirmed := map[uint64]bool{}
@@ -152,7 +159,7 @@ func TestNewWindowResendsFromOldestUnconfirmed(t *testing.T) {
 	}
 	// The session fails here (a timeout on e1, a lost connection).
 
-	second := newWindow(4, time.Minute)
+	second := fixedWindow(4)
 	s2 := &sent{}
 	skip := func(seq uint64) bool { return confirmed[seq] }
 	refill(t, second, ob, skip, s2)
@@ -168,7 +175,7 @@ func TestNewWindowResendsFromOldestUnconfirmed(t *testing.T) {
 	if err := ob.Remove(seqs...); err != nil {
 		t.Fatal(err)
 	}
-	third := newWindow(4, time.Minute)
+	third := fixedWindow(4)
 	s3 := &sent{}
 	refill(t, third, ob, noSkip, s3)
 	if want := []string{"e4", "e5", "e6", "e7"}; !slices.Equal(s3.ids, want) {
@@ -186,11 +193,13 @@ func (m *testMetrics) OnPublished()               {}
 func (m *testMetrics) OnConfirmed(time.Duration)  {}
 func (m *testMetrics) OnRetried()                 {}
 func (m *testMetrics) SetConnected(bool)          {}
+func (m *testMetrics) SetWindow(int)              {}
 func (m *testMetrics) OnIgnoredACK(reason string) { m.mu.Lock(); m.ignored[reason]++; m.mu.Unlock() }
 func (m *testMetrics) OnReasonCode(code byte)     { m.mu.Lock(); m.codes[code]++; m.mu.Unlock() }
 
 type testLog struct{ lines []string }
 
+func (l *testLog) Infof(f string, a ...any)  { l.lines = append(l.lines, fmt.Sprintf(f, a...)) }
 func (l *testLog) Warnf(f string, a ...any)  { l.lines = append(l.lines, fmt.Sprintf(f, a...)) }
 func (l *testLog) Errorf(f string, a ...any) { l.lines = append(l.lines, fmt.Sprintf(f, a...)) }
 

@@ -23,6 +23,7 @@ type metrics struct {
 	connected    *service.MetricGauge
 	damaged      *service.MetricGauge // records moved aside as damaged, kept in the file
 	reasonCodes  *service.MetricCounter
+	window       *service.MetricGauge // records a session may keep unconfirmed now
 
 	// Totals for the periodic log line.
 	nPublished, nConfirmed atomic.Int64
@@ -41,6 +42,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		connected:    m.NewGauge("reliable_mqtt_out_connected"),
 		damaged:      m.NewGauge("reliable_mqtt_out_damaged_records"),
 		reasonCodes:  m.NewCounter("reliable_mqtt_out_puback_reason_codes", "code"),
+		window:       m.NewGauge("reliable_mqtt_out_window"),
 	}
 }
 
@@ -55,6 +57,7 @@ func (m *metrics) OnConfirmed(latency time.Duration) {
 }
 func (m *metrics) OnIgnoredACK(reason string) { m.ignored.Incr(1, reason) }
 func (m *metrics) OnReasonCode(code byte)     { m.reasonCodes.Incr(1, fmt.Sprintf("0x%02x", code)) }
+func (m *metrics) SetWindow(n int)            { m.window.Set(int64(n)) }
 func (m *metrics) SetConnected(up bool) {
 	if up {
 		m.connected.Set(1)

@@ -88,7 +88,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 
 ### MQTT 3.1.1 and MQTT 5
 
-Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` carries the event ID (and, with `+"`confirm: end_to_end`"+`, the destination topic) as user properties and leaves the payload bytes alone; a PUBACK reason code of 0x80 or more fails the publish (the record stays and is resent after `+"`retry_backoff`"+`; counted in `+"`reliable_mqtt_out_puback_reason_codes{code}`"+`); `+"`require_subscribers`"+` treats 0x10 (no matching subscribers) the same way; the window never exceeds the server's Receive Maximum.`).
+Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` carries the event ID (and, with `+"`confirm: end_to_end`"+`, the destination topic) as user properties and leaves the payload bytes alone; a PUBACK reason code of 0x80 or more fails the publish (the record stays and is resent after `+"`retry_backoff`"+`; counted in `+"`reliable_mqtt_out_puback_reason_codes{code}`"+`); `+"`require_subscribers`"+` treats 0x10 (no matching subscribers) the same way; the publishes awaiting a PUBACK never exceed the server's Receive Maximum — with `+"`confirm: end_to_end`"+` a message the broker has PUBACKed and that waits for its ACK does not count against it — and when that limit holds the window below what the link could carry, the output logs it once per connection (mosquitto: raise `+"`max_inflight_messages`"+`, which is the Receive Maximum it announces).`).
 		Fields(mqttclient.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
@@ -142,8 +142,8 @@ Every field and option applies to both protocol versions unless its description 
 				verifyField(),
 			).Description("The durable outbox. Every record carries a CRC-32C checksum checked on every read; a record that fails is never published: it is moved to the file's `outbox/damaged` bucket, logged with its sequence number and counted in `reliable_mqtt_out_damaged_records`, and the records after it go on."),
 			service.NewIntField(fieldWindow).
-				Description("How many unconfirmed messages the outbox sender keeps on the wire at once. 1 is strict stop-and-wait. In direct mode (no outbox) each write waits for its own confirmation and `max_in_flight` sets how many are in flight.").
-				Default(64),
+				Description("The most unconfirmed messages the outbox sender keeps on the wire at once. Below it the sender sizes the window per connection after the link: it starts at 64 (or `window`, if smaller), grows while confirmed throughput grows with it and settles near twice the link's bandwidth-delay product (delivery rate × minimum round trip), falling again when the link slows; on loopback it stays at 64. The default fills a 600 ms satellite link. 1 is strict stop-and-wait. The window in use is the gauge `reliable_mqtt_out_window`. In direct mode (no outbox) each write waits for its own confirmation and `max_in_flight` sets how many are in flight.").
+				Default(sender.DefaultWindow),
 			service.NewDurationField(fieldAckTimeout).
 				Description("With `confirm: end_to_end`: how long to wait for a published message's ACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
 				Default("10s"),

@@ -132,7 +132,7 @@ func BenchmarkOutboxAppend64Writers(b *testing.B) {
 	reportRate(b, b.N, elapsed, p50, p99)
 }
 
-// BenchmarkBrokerConfirm: reliable_mqtt_out (outbox on, window 64) in an
+// BenchmarkBrokerConfirm: reliable_mqtt_out (outbox on, default window) in an
 // in-process stream fed by 64 concurrent producers, from the first write
 // until every record is confirmed by its PUBACK. Latency is the output's
 // own publish-to-confirmation timer.
@@ -159,9 +159,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 // measureLive times b.N writes to s from the first one until every record
-// is confirmed, and reports the rate, s's latencies and the CPU use. what
+// is confirmed, and reports (and returns) the rate, s's latencies and the
+// CPU use. what
 // names the confirmation in the failure message ("confirmed", "ACKed").
-func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) {
+func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) (msgsPerSec float64) {
 	b.Helper()
 	cpu := newCPUMeter(m)
 	b.ResetTimer()
@@ -175,6 +176,7 @@ func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) {
 	p50, p99 := s.capture.percentiles()
 	reportRate(b, b.N, elapsed, p50, p99)
 	cpu.report(b)
+	return float64(b.N) / elapsed.Seconds()
 }
 
 // BenchmarkBacklogRecovery builds a b.N-record outbox while the broker is
@@ -218,8 +220,8 @@ type stream struct {
 
 var streamSeq atomic.Int64
 
-// startStream runs reliable_mqtt_out (outbox on, window 64 unless fields
-// say otherwise, 64 writes in flight) towards url; fields are extra output fields, one "key: value"
+// startStream runs reliable_mqtt_out (outbox on, the output's default
+// window unless fields say otherwise, 64 writes in flight) towards url; fields are extra output fields, one "key: value"
 // each. The stream is stopped at cleanup.
 func startStream(b *testing.B, url string, fields ...string) *stream {
 	b.Helper()
@@ -240,13 +242,8 @@ func startStream(b *testing.B, url string, fields ...string) *stream {
   outbox: { path: %q }
   reconnect_backoff: { initial_interval: 20ms, max_interval: 100ms }
 `, url, writers, filepath.Join(b.TempDir(), "outbox.db"))
-	hasWindow := false
 	for _, f := range fields {
 		conf += "  " + f + "\n"
-		hasWindow = hasWindow || strings.HasPrefix(f, "window:")
-	}
-	if !hasWindow {
-		conf += "  window: 64\n"
 	}
 	if err := sb.AddOutputYAML(conf); err != nil {
 		b.Fatal(err)

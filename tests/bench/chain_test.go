@@ -15,7 +15,7 @@ import (
 
 // chainPublisherConfig: a publisher process, generated 100-byte JSON
 // readings (%[2]d of them, at most %[3]d per 10 ms) into reliable_mqtt_out
-// with end-to-end confirmation and window 64 on broker A.
+// with end-to-end confirmation and the default window on broker A.
 const chainPublisherConfig = `
 http:
   address: 127.0.0.1:%[1]d
@@ -40,7 +40,6 @@ output:
     confirm: end_to_end
     data_topic: bench/ingress
     ack_topic: bench/acks
-    window: 64
     max_in_flight: 64
     outbox:
       path: ./outbox.db

@@ -1,0 +1,113 @@
+package sender
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+)
+
+// instantConn is a connection whose server PUBACKs every publish at once
+// and announces receiveMax as its Receive Maximum.
+type instantConn struct {
+	receiveMax uint16
+	lost       chan struct{}
+}
+
+func (c *instantConn) Gen() uint64                                           { return 1 }
+func (c *instantConn) SessionPresent() bool                                  { return false }
+func (c *instantConn) Lost() <-chan struct{}                                 { return c.lost }
+func (c *instantConn) Alive() bool                                           { return true }
+func (c *instantConn) Drop(error)                                            {}
+func (c *instantConn) Publish(context.Context, mqttclient.Publication) error { return nil }
+func (c *instantConn) PublishAsync(mqttclient.Publication) Token             { return doneToken{} }
+func (c *instantConn) Subscribe(context.Context, map[string]byte) error      { return nil }
+func (c *instantConn) Limits() mqttclient.ServerLimits {
+	l := mqttclient.NoLimits
+	l.ReceiveMaximum = c.receiveMax
+	return l
+}
+
+type oneConn struct{ c mqttclient.Conn }
+
+func (t oneConn) WaitReady(context.Context) (mqttclient.Conn, error) { return t.c, nil }
+func (t oneConn) Current() mqttclient.Conn                           { return t.c }
+func (t oneConn) Close(context.Context) error                        { return nil }
+
+type windowMetrics struct {
+	testMetrics
+	mu        sync.Mutex
+	windows   []int
+	confirmed int
+}
+
+func (m *windowMetrics) SetWindow(n int) {
+	m.mu.Lock()
+	m.windows = append(m.windows, n)
+	m.mu.Unlock()
+}
+func (m *windowMetrics) OnConfirmed(time.Duration) {
+	m.mu.Lock()
+	m.confirmed++
+	m.mu.Unlock()
+}
+
+type lockedLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLog) add(s string)              { l.mu.Lock(); l.lines = append(l.lines, s); l.mu.Unlock() }
+func (l *lockedLog) Infof(f string, a ...any)  { l.add("INFO " + fmt.Sprintf(f, a...)) }
+func (l *lockedLog) Warnf(f string, a ...any)  { l.add("WARN " + fmt.Sprintf(f, a...)) }
+func (l *lockedLog) Errorf(f string, a ...any) { l.add("ERROR " + fmt.Sprintf(f, a...)) }
+
+// A server Receive Maximum of 2 holds a broker-confirmed window of 64 at 2:
+// the gauge says 2, and the log says so once for the connection, naming
+// the broker setting that lifts it.
+func TestSessionReportsTheWindowAndLogsAServerLimitOnce(t *testing.T) {
+	ob := openOutbox(t, 50)
+	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
+	log := &lockedLog{}
+	conn := &instantConn{receiveMax: 2, lost: make(chan struct{})}
+	sd := New(Config{Window: 64, PublishTimeout: time.Minute, Retry: mqttclient.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
+		ob, oneConn{conn}, NewAckQueue(), NewIgnoredACKs(m, log), m, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	go sd.Run(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m.mu.Lock()
+		done := m.confirmed >= 50
+		m.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := sd.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m.confirmed != 50 {
+		t.Fatalf("%d of 50 confirmed", m.confirmed)
+	}
+	if len(m.windows) == 0 || m.windows[0] != 2 {
+		t.Fatalf("window gauge %v, want 2 (the Receive Maximum) first", m.windows)
+	}
+	held := 0
+	for _, l := range log.lines {
+		if strings.Contains(l, "Receive Maximum of 2") {
+			held++
+			if !strings.Contains(l, "max_inflight_messages") {
+				t.Errorf("the log line does not name the broker setting: %q", l)
+			}
+		}
+	}
+	if held != 1 {
+		t.Fatalf("%d lines about the Receive Maximum, want 1 per connection: %q", held, log.lines)
+	}
+}

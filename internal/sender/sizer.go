@@ -1,0 +1,220 @@
+package sender
+
+import (
+	"math"
+	"time"
+)
+
+// The sizer sets how many records one session keeps unconfirmed, after the
+// link it runs over. It follows TCP BBR's model, counted in records:
+//
+//   - Delivery rate. Every confirmation gives a rate sample: the records
+//     confirmed since the flight was sent, over the longer of the time its
+//     confirmations took and the time its sends took (BBR's guard against
+//     confirmations that arrive in bursts). The bandwidth estimate is the
+//     largest sample of the last bwRounds round trips, so it forgets a link
+//     that got slower within those rounds.
+//   - Round-trip time. The minimum RTT is the smallest confirmation latency
+//     seen. A standing queue hides the true minimum, so when it has not
+//     been seen again for probeEvery (plus probeEveryRTTs round trips) the
+//     sizer probes: it holds the window at probeWindow records, which
+//     empties any queue, until probeSamples records sent during the probe
+//     are confirmed, and takes their smallest latency as the new minimum.
+//   - Window. bdp = bandwidth × minimum RTT, the records the link holds.
+//     The window moves toward cwndGain × bdp: it grows by one record per
+//     confirmation (at most doubling per round trip), so while confirmed
+//     throughput grows with the window it keeps growing; once the link is
+//     full the rate stops growing, the RTT inflates instead, and the window
+//     stops at most at twice the link's capacity. When the target falls (a
+//     slower link), the window falls to it at once.
+//   - Queueing. Confirmations that arrive in bursts (a broker answering a
+//     batch of PUBLISHes at once) can overstate the rate, so the window
+//     also grows only while the smoothed RTT stays below queueLimit × the
+//     minimum RTT (TCP Vegas's test): once the records it adds only wait
+//     in a queue, it holds. On loopback the floor already keeps a queue (the
+//     broker's CPU is the bottleneck), so the window stays at the floor.
+//   - Records the application did not supply are not the link's limit: a
+//     sample taken while the window ran dry (app-limited, as BBR names it)
+//     can raise the estimate but never lower it.
+//
+// Bounds: the window is never above max (the user's `window`) and never
+// below floor = min(initialWindow, max), which is also where a session
+// starts. On loopback the bandwidth-delay product is a handful of records,
+// so a loopback session stays at the floor, which is the fixed window this
+// replaced: loopback latency is unchanged by design. With max 1 the window
+// is 1: strict stop-and-wait. Loss (a timeout, a lost connection) ends the
+// session; the next one starts a new sizer at the floor.
+//
+// The sizer reads no clock: every call passes the time, so it is tested
+// against a simulated link (sizer_test.go).
+type sizer struct {
+	max, floor int
+	cwnd       int
+
+	// Delivery-rate sampling (BBR's delivered, delivered_time and
+	// first_sent_time).
+	delivered       int64
+	deliveredAt     time.Time
+	firstSentAt     time.Time
+	appLimitedUntil int64 // delivered count that ends an app-limited stretch; 0: none
+
+	// Rounds: a round ends when a record sent after it began is confirmed.
+	round     int64
+	nextRound int64
+	bw        [bwRounds]float64 // largest rate sample per round, records/s
+
+	minRTT   time.Duration
+	minRTTAt time.Time
+	srtt     time.Duration // smoothed RTT (1/8 per sample, as TCP's)
+
+	probing      bool
+	probeStart   time.Time
+	probeMin     time.Duration
+	probeSamples int
+}
+
+const (
+	// initialWindow is where a session starts and the window's floor: the
+	// fixed window of earlier versions, measured best on loopback.
+	initialWindow = 64
+	cwndGain      = 2
+	// queueLimit: the window grows only while the smoothed RTT is below
+	// this many minimum RTTs, i.e. while the records it adds do not just
+	// wait in a queue (TCP Vegas's test).
+	queueLimit = 2
+	bwRounds   = 10
+	// A probe costs about one round trip of an idle link, so it comes
+	// every probeEvery plus probeEveryRTTs round trips.
+	probeEvery     = 10 * time.Second
+	probeEveryRTTs = 50
+	probeSamples   = probeWindow
+	// probeWindow is the window while probing: small enough to empty the
+	// queue the floor itself keeps on a short link (BBR's ProbeRTT uses 4
+	// packets). A larger one (a bandwidth-delay product) can leave a queue
+	// after the link slowed, and a minimum RTT taken behind a queue grows
+	// the window, the queue and the next minimum without end.
+	probeWindow = 4
+)
+
+// sendMark is the sizer's state when a record was sent; its confirmation
+// turns it into a rate sample.
+type sendMark struct {
+	delivered   int64
+	deliveredAt time.Time
+	firstSentAt time.Time
+	appLimited  bool
+}
+
+func newSizer(max int, now time.Time) *sizer {
+	floor := min(initialWindow, max)
+	return &sizer{max: max, floor: floor, cwnd: floor, deliveredAt: now, firstSentAt: now, minRTTAt: now}
+}
+
+// limit is how many records may be unconfirmed now.
+func (s *sizer) limit() int {
+	if s.probing {
+		return min(probeWindow, s.max)
+	}
+	return s.cwnd
+}
+
+// bandwidth is the estimate in records per second.
+func (s *sizer) bandwidth() float64 {
+	var m float64
+	for _, b := range s.bw {
+		m = max(m, b)
+	}
+	return m
+}
+
+// target is cwndGain × the bandwidth-delay product, within the bounds.
+func (s *sizer) target() int {
+	t := cwndGain * s.bandwidth() * s.minRTT.Seconds()
+	if t >= float64(s.max) {
+		return s.max
+	}
+	return max(s.floor, int(math.Ceil(t)))
+}
+
+// sent marks a record as it is published.
+func (s *sizer) sent() sendMark {
+	return sendMark{delivered: s.delivered, deliveredAt: s.deliveredAt, firstSentAt: s.firstSentAt, appLimited: s.appLimitedUntil > 0}
+}
+
+// appLimited notes that the window ran out of records with inflight of its
+// limit used: the samples of what is sent until those are confirmed say
+// what the application supplied, not what the link carries.
+func (s *sizer) appLimited(inflight int) {
+	s.appLimitedUntil = max(s.delivered+int64(inflight), 1)
+}
+
+// confirmed takes the confirmation at now of a record sent at sentAt with
+// mark; inflight is what is still unconfirmed after it.
+func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
+	s.delivered++
+	s.deliveredAt = now
+	if s.appLimitedUntil > 0 && s.delivered > s.appLimitedUntil {
+		s.appLimitedUntil = 0
+	}
+	rtt := max(now.Sub(sentAt), time.Nanosecond)
+	if s.minRTT == 0 || rtt <= s.minRTT {
+		s.minRTT, s.minRTTAt = rtt, now
+	}
+	s.probe(now, sentAt, rtt, inflight)
+
+	if mark.delivered >= s.nextRound {
+		s.round++
+		s.nextRound = s.delivered
+		s.bw[s.round%bwRounds] = 0
+	}
+	interval := max(sentAt.Sub(mark.firstSentAt), now.Sub(mark.deliveredAt))
+	s.firstSentAt = sentAt
+	if interval > 0 && interval >= s.minRTT {
+		rate := float64(s.delivered-mark.delivered) / interval.Seconds()
+		if !mark.appLimited || rate >= s.bandwidth() {
+			slot := &s.bw[s.round%bwRounds]
+			*slot = max(*slot, rate)
+		}
+	}
+
+	if s.srtt == 0 {
+		s.srtt = rtt
+	} else {
+		s.srtt += (rtt - s.srtt) / 8
+	}
+	t := s.target()
+	switch {
+	case s.cwnd > t:
+		s.cwnd = t
+	case s.cwnd < t && s.srtt < queueLimit*s.minRTT:
+		s.cwnd++
+	}
+}
+
+// probe starts a probe of the minimum RTT when it is stale, and ends one
+// with the smallest latency of the records sent during it.
+func (s *sizer) probe(now, sentAt time.Time, rtt time.Duration, inflight int) {
+	if !s.probing {
+		if now.Sub(s.minRTTAt) > probeEvery+probeEveryRTTs*s.minRTT {
+			s.probing, s.probeStart, s.probeMin, s.probeSamples = true, now, 0, 0
+		}
+		return
+	}
+	if !sentAt.After(s.probeStart) {
+		return
+	}
+	if s.probeMin == 0 || rtt < s.probeMin {
+		s.probeMin = rtt
+	}
+	s.probeSamples++
+	if s.probeSamples >= probeSamples || inflight == 0 {
+		s.probing = false
+		s.minRTT, s.minRTTAt = s.probeMin, now
+	}
+}
+
+// DefaultWindow is the default upper bound of the window: enough records
+// to fill a 600 ms satellite hop at over 6,000 records/s (cwndGain × BDP),
+// and no memory beyond what the link holds, because the sizer grows the
+// window only while confirmed throughput grows with it.
+const DefaultWindow = 8192

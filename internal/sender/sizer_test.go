@@ -1,0 +1,276 @@
+package sender
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The sizer is driven here by a simulated link on a simulated clock: every
+// run is deterministic, whatever the machine's load.
+//
+// The link has a one-way delay of half the base RTT each way (plus jitter
+// on the way back, keeping confirmations in order as TCP does) and a
+// bottleneck that forwards rate records per second, queueing the rest.
+
+type simLink struct {
+	rtt    func(t time.Duration) time.Duration // base RTT at sim time t
+	rate   func(t time.Duration) float64       // bottleneck, records/s
+	jitter time.Duration                       // uniform in ±jitter
+	app    float64                             // records/s the source supplies; 0: a backlog
+	burst  time.Duration                       // confirmations are released together, every burst
+}
+
+type simFlight struct {
+	sentAt, confirmAt time.Time
+	mark              sendMark
+}
+
+type simResult struct {
+	confirmedAt []time.Duration // sim time of each confirmation
+	rtts        []time.Duration // latency of each confirmation
+	limits      []int           // the sizer's limit after each confirmation
+	maxInflight int
+}
+
+// throughput is the confirmations per second in [from, to).
+func (r simResult) throughput(from, to time.Duration) float64 {
+	n := 0
+	for _, t := range r.confirmedAt {
+		if t >= from && t < to {
+			n++
+		}
+	}
+	return float64(n) / (to - from).Seconds()
+}
+
+// medianRTT is the median latency of confirmations in [from, to).
+func (r simResult) medianRTT(from, to time.Duration) time.Duration {
+	var xs []time.Duration
+	for i, t := range r.confirmedAt {
+		if t >= from && t < to {
+			xs = append(xs, r.rtts[i])
+		}
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// maxLimit is the largest limit after sim time from.
+func (r simResult) maxLimit(from time.Duration) int {
+	m := 0
+	for i, t := range r.confirmedAt {
+		if t >= from {
+			m = max(m, r.limits[i])
+		}
+	}
+	return m
+}
+
+func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	sz := newSizer(window, now)
+	var (
+		res         simResult
+		queue       []simFlight // in flight, in order
+		busyUntil   = start     // the bottleneck is busy until then
+		lastConfirm = start
+		sent        int
+	)
+	available := func() int {
+		if l.app == 0 {
+			return int(^uint(0) >> 1)
+		}
+		return int(l.app * now.Sub(start).Seconds())
+	}
+	for now.Sub(start) < d {
+		for len(queue) < sz.limit() && sent < available() {
+			el := now.Sub(start)
+			arrive := now.Add(l.rtt(el) / 2)
+			depart := later(arrive, busyUntil).Add(time.Duration(float64(time.Second) / l.rate(el)))
+			busyUntil = depart
+			back := l.rtt(el) / 2
+			if l.jitter > 0 {
+				back += time.Duration(rng.Int64N(int64(2*l.jitter))) - l.jitter
+			}
+			confirmAt := later(depart.Add(back), lastConfirm)
+			if l.burst > 0 {
+				confirmAt = start.Add((confirmAt.Sub(start)/l.burst + 1) * l.burst)
+			}
+			lastConfirm = confirmAt
+			queue = append(queue, simFlight{sentAt: now, confirmAt: confirmAt, mark: sz.sent()})
+			sent++
+			res.maxInflight = max(res.maxInflight, len(queue))
+		}
+		if len(queue) < sz.limit() {
+			sz.appLimited(len(queue))
+		}
+		// The next event: a confirmation, or the source's next record.
+		next := time.Time{}
+		if len(queue) > 0 {
+			next = queue[0].confirmAt
+		}
+		if l.app > 0 && len(queue) < sz.limit() {
+			arrival := start.Add(time.Duration(float64(sent+1)/l.app*float64(time.Second)) + time.Microsecond)
+			if next.IsZero() || arrival.Before(next) {
+				now = later(now, arrival)
+				continue
+			}
+		}
+		if next.IsZero() {
+			t.Fatal("simulation stalled: nothing in flight and nothing to send")
+		}
+		now = next
+		f := queue[0]
+		queue = queue[1:]
+		sz.confirmed(now, f.sentAt, f.mark, len(queue))
+		res.confirmedAt = append(res.confirmedAt, now.Sub(start))
+		res.rtts = append(res.rtts, now.Sub(f.sentAt))
+		res.limits = append(res.limits, sz.limit())
+	}
+	return res
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func constRTT(d time.Duration) func(time.Duration) time.Duration {
+	return func(time.Duration) time.Duration { return d }
+}
+
+func constRate(r float64) func(time.Duration) float64 {
+	return func(time.Duration) float64 { return r }
+}
+
+// A backlog over a 100 ms link that carries 10,000 records/s: the window
+// grows until the link is full and stops near twice its bandwidth-delay
+// product (1,000 records), with latency within twice the base RTT.
+func TestSizerFillsA100msLink(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(10000)}, DefaultWindow, 30*time.Second)
+	if got := res.throughput(10*time.Second, 30*time.Second); got < 9000 {
+		t.Errorf("throughput %.0f/s, want at least 90%% of the link's 10000/s", got)
+	}
+	if m := res.maxLimit(10 * time.Second); m > 2500 {
+		t.Errorf("window up to %d, want at most 2.5 × the bandwidth-delay product of 1000", m)
+	}
+	if rtt := res.medianRTT(10*time.Second, 30*time.Second); rtt > 220*time.Millisecond {
+		t.Errorf("median latency %s, want at most 2.2 × the base RTT", rtt)
+	}
+}
+
+// With jitter of ±30 ms the link still fills.
+func TestSizerFillsAJitteryLink(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(10000), jitter: 30 * time.Millisecond}, DefaultWindow, 30*time.Second)
+	if got := res.throughput(10*time.Second, 30*time.Second); got < 8500 {
+		t.Errorf("throughput %.0f/s, want at least 85%% of the link's 10000/s", got)
+	}
+}
+
+// The default window lets a 600 ms satellite link carrying 5,000 records/s
+// (a BDP of 3,000 records) fill.
+func TestSizerFillsA600msSatelliteLinkWithTheDefaultWindow(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(600 * time.Millisecond), rate: constRate(5000)}, DefaultWindow, 60*time.Second)
+	if got := res.throughput(20*time.Second, 60*time.Second); got < 4500 {
+		t.Errorf("throughput %.0f/s, want at least 90%% of the link's 5000/s", got)
+	}
+}
+
+// On loopback (0.2 ms, 20,000 records/s: a BDP of 4 records) the window
+// never leaves the floor, the fixed window of 64 it replaces.
+func TestSizerStaysAtTheFloorOnLoopback(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(200 * time.Microsecond), rate: constRate(20000), jitter: 50 * time.Microsecond}, DefaultWindow, 20*time.Second)
+	if m := res.maxLimit(0); m != initialWindow {
+		t.Errorf("window reached %d on loopback, want it to stay at %d", m, initialWindow)
+	}
+	if res.maxInflight > initialWindow {
+		t.Errorf("%d in flight, want at most %d", res.maxInflight, initialWindow)
+	}
+}
+
+// A loaded loopback broker that answers in bursts (every 2 ms, 5,000
+// records/s): the bursts make the rate look higher than it is, but the
+// records already queue at the floor, so the window stays there.
+func TestSizerStaysAtTheFloorWhenConfirmationsComeInBursts(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(300 * time.Microsecond), rate: constRate(5000), burst: 2 * time.Millisecond}, DefaultWindow, 20*time.Second)
+	if m := res.maxLimit(0); m != initialWindow {
+		t.Errorf("window reached %d, want it to stay at %d", m, initialWindow)
+	}
+}
+
+// window is the upper bound: 100 on a link that could take 2,000.
+func TestSizerNeverExceedsTheConfiguredWindow(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(10000)}, 100, 10*time.Second)
+	if res.maxInflight > 100 || res.maxLimit(0) > 100 {
+		t.Errorf("%d in flight, limit up to %d; want at most 100", res.maxInflight, res.maxLimit(0))
+	}
+	if got := res.throughput(2*time.Second, 10*time.Second); got < 950 {
+		t.Errorf("throughput %.0f/s, want the window's 100 per 100 ms", got)
+	}
+}
+
+// window: 1 is strict stop-and-wait.
+func TestSizerWindowOneIsStopAndWait(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(10 * time.Millisecond), rate: constRate(10000)}, 1, 5*time.Second)
+	if res.maxInflight != 1 || res.maxLimit(0) != 1 {
+		t.Errorf("%d in flight, limit up to %d; want 1", res.maxInflight, res.maxLimit(0))
+	}
+}
+
+// When the link slows from 10,000 to 2,000 records/s the window falls with
+// it, so the queue (the latency) does not grow with the old window.
+func TestSizerBacksOffWhenTheLinkSlows(t *testing.T) {
+	rate := func(t time.Duration) float64 {
+		if t < 20*time.Second {
+			return 10000
+		}
+		return 2000
+	}
+	res := simulate(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: rate}, DefaultWindow, 50*time.Second)
+	if m := res.maxLimit(35 * time.Second); m > 600 {
+		t.Errorf("window up to %d after the link slowed, want at most 3 × its new BDP of 200", m)
+	}
+	if rtt := res.medianRTT(35*time.Second, 50*time.Second); rtt > 300*time.Millisecond {
+		t.Errorf("median latency %s after the link slowed, want at most 3 × the base RTT", rtt)
+	}
+	if got := res.throughput(35*time.Second, 50*time.Second); got < 1800 {
+		t.Errorf("throughput %.0f/s, want at least 90%% of the slower link's 2000/s", got)
+	}
+}
+
+// When the route gets longer (50 ms to 200 ms) the probe of the minimum RTT
+// finds it, and the window grows to fill the longer link.
+func TestSizerFollowsALongerRoute(t *testing.T) {
+	rtt := func(t time.Duration) time.Duration {
+		if t < 15*time.Second {
+			return 50 * time.Millisecond
+		}
+		return 200 * time.Millisecond
+	}
+	res := simulate(t, simLink{rtt: rtt, rate: constRate(5000)}, DefaultWindow, 60*time.Second)
+	if got := res.throughput(40*time.Second, 60*time.Second); got < 4500 {
+		t.Errorf("throughput %.0f/s on the longer route, want at least 90%% of 5000/s", got)
+	}
+}
+
+// A source slower than the link (600 records/s on a 10,000/s link) does
+// not inflate the window: it stays near twice what the source needs.
+func TestSizerDoesNotGrowForASlowSource(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(10000), app: 600}, DefaultWindow, 30*time.Second)
+	if got := res.throughput(5*time.Second, 30*time.Second); got < 590 || got > 610 {
+		t.Errorf("throughput %.0f/s, want the source's 600/s", got)
+	}
+	if m := res.maxLimit(5 * time.Second); m > 256 {
+		t.Errorf("window up to %d for a source of 60 records per round trip, want at most 256", m)
+	}
+}
