@@ -75,8 +75,8 @@ func (s *Store) applyEntry(ctx context.Context, tx *sql.Tx, e Entry, o *Outcome)
 		return runStmts(ctx, tx, e.Stmts)
 	}()
 	if err != nil {
-		if s.d.retryable(err) {
-			return err
+		if s.d.retryable(err) || s.d.unavailable(err) {
+			return err // the whole transaction is retried
 		}
 		// Only this entry's work is undone; the transaction stays usable
 		// (in PostgreSQL an error aborts the transaction until this).
