@@ -35,6 +35,9 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	if len(entries) == 0 {
 		return nil, nil
 	}
+	if s.d.driver == Postgres {
+		return s.pgApplyBatch(ctx, entries)
+	}
 	var out []Outcome
 	var attempts int
 	err := s.retry(ctx, func(tx *sql.Tx) error {

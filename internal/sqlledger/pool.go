@@ -285,9 +285,9 @@ func (sh *Pool) run(batch []*Request) {
 			}
 		}
 	}
-	switch len(applies) {
-	case 0:
-	case 1:
+	switch {
+	case len(applies) == 0:
+	case len(applies) == 1 && sh.store.d.driver != Postgres: // PostgreSQL's batch takes fewer round trips
 		r := applies[0]
 		res, err := sh.store.Apply(ctx, r.entry.Key, r.entry.Hash, r.entry.Stmts)
 		r.done <- Outcome{Result: res, Err: err}

@@ -54,7 +54,10 @@ type Config struct {
 
 	// MaxOpenConns: 0 means 1 for SQLite (one writer at a time anyway; a
 	// queue in Go is faster and fairer than the busy handler's sleeps) and
-	// 8 for PostgreSQL.
+	// 2 for PostgreSQL: one transaction forms while the other commits, so
+	// groups grow with the load; more parallel transactions only split the
+	// same messages into smaller groups, each paying its own round trips
+	// and WAL flush (and on a hot row they queue for its lock anyway).
 	MaxOpenConns int
 	// MaxIdleConns: 0 means MaxOpenConns.
 	MaxIdleConns int
@@ -117,11 +120,12 @@ type Store struct {
 	lastDownLog atomic.Int64 // UnixNano of the last such log line
 
 	insertSQL, lookupSQL, countSQL, expireSQL string
+	pgInsertSQL, pgLookupSQL                  string // PostgreSQL's ApplyBatch
 }
 
 func (c *Config) setDefaults() {
 	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = 8
+		c.MaxOpenConns = 2
 		if c.Driver == SQLite {
 			c.MaxOpenConns = 1
 		}
@@ -184,6 +188,8 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	s.lookupSQL = fmt.Sprintf(d.lookupSQL, s.table)
 	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
 	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
+	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table)
+	s.pgLookupSQL = fmt.Sprintf(pgLookupMany, s.table)
 
 	cctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
 	defer cancel()
@@ -371,13 +377,18 @@ func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, err
 // long as it takes, and the messages wait unacknowledged). attempts, if not
 // nil, receives how many times fn ran.
 func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error, attempts *int) error {
+	return s.retryRun(ctx, func() error { return s.inTx(ctx, fn) }, attempts)
+}
+
+// retryRun is retry for a transaction that run makes and commits itself.
+func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) error {
 	wait := s.cfg.RetryInitial
 	conflicts := 0
 	for n := 1; ; n++ {
 		if attempts != nil {
 			*attempts = n
 		}
-		err := s.inTx(ctx, fn)
+		err := run()
 		if err == nil {
 			if n > 1 && s.waiting.CompareAndSwap(true, false) {
 				s.logf("sqlledger: %s answers again; transactions continue", s.where)

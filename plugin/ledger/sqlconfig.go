@@ -58,10 +58,10 @@ func sqlField() *service.ConfigField {
 		).Description("The message's effect: statements run in the SAME transaction as the ledger insert, and only when that insert created the row (the key was new). The transaction commits before the message moves on. Without `apply` the key is recorded when the pipeline acknowledges the message, as with `path`.").
 			Default([]any{}),
 		service.NewIntField(fieldSQLMaxBatch).
-			Description("At most this many messages, from all pipeline threads, share one transaction (each in its own savepoint, so a failing message rolls back alone). More `pipeline.threads` give more messages to group.").
+			Description("At most this many messages, from all pipeline threads, share one transaction (a failing message rolls back alone: with SQLite in its own savepoint, with PostgreSQL the transaction runs again without it). Messages can only be grouped while they wait in the processor together: set `pipeline.threads` to at least the broker's in-flight window for the consumer (Mosquitto's `max_inflight_messages`, default 20).").
 			Default(64).Advanced(),
 		service.NewIntField(fieldSQLMaxOpen).
-			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 8 for PostgreSQL. It is also how many transactions run at once.").
+			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 2 for PostgreSQL. It is also how many transactions run at once: fewer transactions group more messages each (see docs/scaling.md).").
 			Default(0).Advanced(),
 		service.NewIntField(fieldSQLMaxIdle).
 			Description("Maximum idle connections; `0` means `max_open_conns`.").

@@ -56,6 +56,22 @@ func StartPostgres(t testing.TB) *Postgres {
 	return p
 }
 
+// StartPostgresDurable is StartPostgres with PostgreSQL's durable
+// defaults: fsync, synchronous_commit and full_page_writes on, so every
+// commit waits for its WAL flush (shared by concurrent commits).
+func StartPostgresDurable(t testing.TB) *Postgres {
+	t.Helper()
+	p := newPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	p.run(ctx, "initdb", "-D", p.dataDir(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C")
+	p.start(ctx, "-c fsync=on", "-c synchronous_commit=on", "-c full_page_writes=on")
+	if err := p.createdb(ctx, p.db); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return p
+}
+
 // PostgresPair is a primary and a hot standby that streams its WAL,
 // made with pg_basebackup -R: durable (fsync on, full_page_writes on) and
 // with synchronous replication (synchronous_standby_names = '*',
