@@ -35,6 +35,9 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	if len(entries) == 0 {
 		return nil, nil
 	}
+	if s.d.driver == Postgres {
+		return s.pgApplyBatch(ctx, entries)
+	}
 	var out []Outcome
 	var attempts int
 	err := s.retry(ctx, func(tx *sql.Tx) error {
@@ -75,8 +78,8 @@ func (s *Store) applyEntry(ctx context.Context, tx *sql.Tx, e Entry, o *Outcome)
 		return runStmts(ctx, tx, e.Stmts)
 	}()
 	if err != nil {
-		if s.d.retryable(err) {
-			return err
+		if s.d.retryable(err) || s.d.unavailable(err) {
+			return err // the whole transaction is retried
 		}
 		// Only this entry's work is undone; the transaction stays usable
 		// (in PostgreSQL an error aborts the transaction until this).

@@ -1,16 +1,23 @@
 package sqlledger
 
 import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -19,15 +26,20 @@ import (
 // text, placeholders, how applied_at is stored and which errors mean "try
 // the whole transaction again".
 type dialect struct {
-	driver     Driver
-	sqlDriver  string // database/sql driver name
-	createSQL  string // %s = quoted table
-	insertSQL  string // %s = quoted table
-	lookupSQL  string
-	countSQL   string
-	expireSQL  string
-	timeArg    func(time.Time) any
-	retryable  func(error) bool
+	driver    Driver
+	sqlDriver string // database/sql driver name
+	createSQL string // %s = quoted table
+	insertSQL string // %s = quoted table
+	lookupSQL string
+	countSQL  string
+	expireSQL string
+	timeArg   func(time.Time) any
+	retryable func(error) bool
+	// unavailable: the server went away or is not (yet) a read-write
+	// primary; the same work may succeed on a later connection.
+	unavailable func(error) bool
+	// open returns the pool for dsn, as completed by prepareDSN.
+	open       func(dsn string, c Config) (*sql.DB, error)
 	prepareDSN func(dsn string, c Config) (string, error)
 }
 
@@ -57,13 +69,15 @@ var dialects = map[Driver]*dialect{
 	"applied_at" INTEGER NOT NULL,
 	PRIMARY KEY ("namespace", "key")
 )`,
-		insertSQL:  fmt.Sprintf(commonInsert, "%s", "?", "?", "?", "?"),
-		lookupSQL:  fmt.Sprintf(commonLookup, "%s", "?", "?"),
-		countSQL:   commonCount,
-		expireSQL:  strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
-		timeArg:    func(t time.Time) any { return t.UnixMicro() },
-		retryable:  sqliteRetryable,
-		prepareDSN: sqliteDSN,
+		insertSQL:   fmt.Sprintf(commonInsert, "%s", "?", "?", "?", "?"),
+		lookupSQL:   fmt.Sprintf(commonLookup, "%s", "?", "?"),
+		countSQL:    commonCount,
+		expireSQL:   strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
+		timeArg:     func(t time.Time) any { return t.UnixMicro() },
+		retryable:   sqliteRetryable,
+		unavailable: func(error) bool { return false }, // a local file
+		open:        func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
+		prepareDSN:  sqliteDSN,
 	},
 	Postgres: {
 		driver:    Postgres,
@@ -75,13 +89,15 @@ var dialects = map[Driver]*dialect{
 	"applied_at" TIMESTAMPTZ NOT NULL,
 	PRIMARY KEY ("namespace", "key")
 )`,
-		insertSQL:  fmt.Sprintf(commonInsert, "%s", "$1", "$2", "$3", "$4"),
-		lookupSQL:  fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
-		countSQL:   commonCount,
-		expireSQL:  strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
-		timeArg:    func(t time.Time) any { return t.UTC() },
-		retryable:  postgresRetryable,
-		prepareDSN: func(dsn string, _ Config) (string, error) { return dsn, nil },
+		insertSQL:   fmt.Sprintf(commonInsert, "%s", "$1", "$2", "$3", "$4"),
+		lookupSQL:   fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
+		countSQL:    commonCount,
+		expireSQL:   strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
+		timeArg:     func(t time.Time) any { return t.UTC() },
+		retryable:   postgresRetryable,
+		unavailable: postgresUnavailable,
+		open:        openPostgres,
+		prepareDSN:  func(dsn string, _ Config) (string, error) { return dsn, nil },
 	},
 }
 
@@ -94,6 +110,108 @@ func postgresRetryable(err error) bool {
 		return false
 	}
 	return pe.Code == "40001" || pe.Code == "40P01"
+}
+
+// openPostgres parses dsn with pgx (a DSN pgx cannot parse is a permanent
+// error, reported before any connection) and bounds every connection
+// attempt, to each host of a multi-host DSN, by ConnectTimeout unless the
+// DSN sets connect_timeout: a host that swallows packets must not hold a
+// failover up for the kernel's TCP timeout.
+func openPostgres(dsn string, c Config) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, &permanentError{fmt.Errorf("sql.dsn: %w", err)}
+	}
+	if !strings.Contains(dsn, "connect_timeout") {
+		cfg.ConnectTimeout = c.ConnectTimeout
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// permanentError marks what no retry can fix: the configuration is wrong.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// postgresUnavailable reports whether err means that no read-write server
+// answered, rather than that the server refused the work: the connection
+// broke or was refused, the server is shutting down or starting up, or it
+// is a standby (read-only; with target_session_attrs=read-write pgx
+// rejects it while connecting). The same transaction can then succeed on a
+// later connection, to a restarted or promoted primary.
+//
+// Never unavailable: a wrong password or user (class 28), a database that
+// does not exist (3D000), a host name that does not resolve, and every
+// error of a statement the server ran (missing table, constraint): those
+// need a human, not a retry.
+func postgresUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	permanent, transient := false, false
+	walkErrors(err, func(e error) {
+		switch e := e.(type) {
+		case *permanentError:
+			permanent = true
+		case *pgconn.PgError:
+			switch {
+			case strings.HasPrefix(e.Code, "28"), e.Code == "3D000":
+				permanent = true
+			case strings.HasPrefix(e.Code, "08"), // connection exception
+				e.Code == "57P01", e.Code == "57P02", e.Code == "57P03", // shutdown, crash, starting up
+				e.Code == "25006", // read-only transaction: we reached a standby
+				e.Code == "53300": // too many connections
+				transient = true
+			}
+		case *net.DNSError:
+			if e.IsNotFound {
+				permanent = true
+			} else {
+				transient = true
+			}
+		case *pgconn.ConnectError, net.Error:
+			transient = true
+		}
+		for _, t := range transientErrs {
+			if e == t {
+				transient = true
+			}
+		}
+		if pgconn.Timeout(e) {
+			transient = true
+		}
+	})
+	return transient && !permanent
+}
+
+// transientErrs are the sentinels of a lost or refused connection.
+var transientErrs = []error{
+	pgconn.ErrReadOnlyConnection, pgconn.ErrConnClosed, driver.ErrBadConn,
+	io.EOF, io.ErrUnexpectedEOF, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE,
+	context.DeadlineExceeded,
+}
+
+// walkErrors calls fn for err and every error it wraps, through
+// errors.Join's lists (pgx joins the errors of each host it tried).
+func walkErrors(err error, fn func(error)) {
+	for range 64 { // bounded: error chains are short
+		if err == nil {
+			return
+		}
+		fn(err)
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walkErrors(e, fn)
+			}
+			return
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 // sqliteRetryable: SQLITE_BUSY and SQLITE_LOCKED (and their extended codes,

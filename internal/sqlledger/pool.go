@@ -69,6 +69,10 @@ type PoolConfig struct {
 	Retention time.Duration // 0: keys are kept
 	OnKeys    func(int64)   // the row count, after each expiry round
 	Logf      func(string, ...any)
+	// StartupWait bounds how long OpenPool waits for a read-write server
+	// (PostgreSQL: refused, starting, or only a standby so far); 0 waits
+	// until one answers or ctx ends.
+	StartupWait time.Duration
 }
 
 // OpenPool returns the process's handle on the table, opening it (and
@@ -77,7 +81,9 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	id := string(pc.Config.Driver) + "\x00" + pc.Config.DSN + "\x00" + pc.Config.Table
 	// The first processor's pool, batching, retention and init statements
 	// serve them all, so a second one must not expect others.
-	settings := fmt.Sprintf("%+v|%d|%s|%q", pc.Config, pc.MaxBatch, pc.Retention, pc.Init)
+	c := pc.Config
+	c.Logf = nil // a function prints as its address
+	settings := fmt.Sprintf("%+v|%d|%s|%q", c, pc.MaxBatch, pc.Retention, pc.Init)
 	join := func(sh *Pool) error {
 		if sh.settings != settings {
 			return fmt.Errorf("dedup_ledger: another dedup_ledger in this process already uses table %q of this %s database with different settings (pool, max_batch, retention or init_statements); give both the same settings or use another table", pc.Config.Table, pc.Config.Driver)
@@ -89,15 +95,9 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 
 // openPool opens the table, runs init and starts the workers.
 func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, error) {
-	st, err := Open(ctx, pc.Config)
+	st, err := openWaiting(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("dedup_ledger: %w", err)
-	}
-	for i, q := range pc.Init {
-		if err := st.ExecSetup(ctx, q); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("dedup_ledger: sql.init_statements[%d] (%q) failed: %w", i, q, err)
-		}
+		return nil, err
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	sh := &Pool{
@@ -118,6 +118,76 @@ func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, e
 		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
 	}
 	return sh, nil
+}
+
+// Backoff between start-up attempts while no read-write server answers.
+const (
+	startBackoffInitial = 250 * time.Millisecond
+	startBackoffMax     = 5 * time.Second
+)
+
+// openWaiting opens the store and runs init, again and again while the
+// database is unavailable (see Store.IsUnavailable): a consumer started
+// during a failover waits for the promoted primary instead of exiting.
+// Each attempt is bounded by ConnectTimeout; the whole wait by
+// StartupWait (if set) and ctx. Any other error is returned at once: no
+// retry fixes a bad DSN, a wrong password or a failing init statement.
+func openWaiting(ctx context.Context, pc PoolConfig) (*Store, error) {
+	if pc.StartupWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pc.StartupWait)
+		defer cancel()
+	}
+	pc.Config.Logf = pc.Logf
+	began, wait, logged := time.Now(), startBackoffInitial, time.Time{}
+	for attempt := 1; ; attempt++ {
+		st, err := openOnce(ctx, pc)
+		if err == nil {
+			if attempt > 1 {
+				logf(pc.Logf, "dedup_ledger: %s database %s answered after %d attempts in %s", pc.Driver, redactDSN(pc.DSN), attempt, time.Since(began).Round(time.Millisecond))
+			}
+			return st, nil
+		}
+		d := dialects[pc.Driver]
+		if d == nil || !d.unavailable(err) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w; gave up waiting for a read-write server after %d attempts in %s", err, attempt, time.Since(began).Round(time.Millisecond))
+		}
+		if time.Since(logged) >= downLogEvery {
+			logged = time.Now()
+			logf(pc.Logf, "%v; waiting for a read-write server (attempt %d, next in %s); no message is taken until then", err, attempt, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait = min(2*wait, startBackoffMax)
+	}
+}
+
+// openOnce is one start-up attempt: the store, then init.
+func openOnce(ctx context.Context, pc PoolConfig) (*Store, error) {
+	st, err := Open(ctx, pc.Config)
+	if err != nil {
+		return nil, fmt.Errorf("dedup_ledger: %w", err)
+	}
+	for i, q := range pc.Init {
+		if err := st.ExecSetup(ctx, q); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("dedup_ledger: sql.init_statements[%d] (%q) failed: %w", i, q, err)
+		}
+	}
+	return st, nil
+}
+
+func logf(f func(string, ...any), format string, args ...any) {
+	if f != nil {
+		f(format, args...)
+	}
 }
 
 // releaseTimeout bounds the wait for transactions in progress: a commit,
@@ -215,9 +285,9 @@ func (sh *Pool) run(batch []*Request) {
 			}
 		}
 	}
-	switch len(applies) {
-	case 0:
-	case 1:
+	switch {
+	case len(applies) == 0:
+	case len(applies) == 1 && sh.store.d.driver != Postgres: // PostgreSQL's batch takes fewer round trips
 		r := applies[0]
 		res, err := sh.store.Apply(ctx, r.entry.Key, r.entry.Hash, r.entry.Stmts)
 		r.done <- Outcome{Result: res, Err: err}

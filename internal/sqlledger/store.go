@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
@@ -53,7 +54,10 @@ type Config struct {
 
 	// MaxOpenConns: 0 means 1 for SQLite (one writer at a time anyway; a
 	// queue in Go is faster and fairer than the busy handler's sleeps) and
-	// 8 for PostgreSQL.
+	// 2 for PostgreSQL: one transaction forms while the other commits, so
+	// groups grow with the load; more parallel transactions only split the
+	// same messages into smaller groups, each paying its own round trips
+	// and WAL flush (and on a hot row they queue for its lock anyway).
 	MaxOpenConns int
 	// MaxIdleConns: 0 means MaxOpenConns.
 	MaxIdleConns int
@@ -71,6 +75,10 @@ type Config struct {
 	// times it is tried again; 0 means 10, a negative value means never.
 	RetryInitial, RetryMax time.Duration
 	MaxRetries             int
+
+	// Logf, if set, receives what the store waits for: a server that went
+	// away, a standby not yet promoted.
+	Logf func(format string, args ...any)
 }
 
 // Exec is one caller statement run inside the ledger transaction, with
@@ -105,14 +113,19 @@ type Store struct {
 	table string // quoted
 
 	// now is the clock for applied_at; tests replace it.
-	now func() time.Time
+	now   func() time.Time
+	where string // the driver and the redacted DSN, for messages
+
+	waiting     atomic.Bool  // a transaction is waiting for the server
+	lastDownLog atomic.Int64 // UnixNano of the last such log line
 
 	insertSQL, lookupSQL, countSQL, expireSQL string
+	pgInsertSQL, pgLookupSQL                  string // PostgreSQL's ApplyBatch
 }
 
 func (c *Config) setDefaults() {
 	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = 8
+		c.MaxOpenConns = 2
 		if c.Driver == SQLite {
 			c.MaxOpenConns = 1
 		}
@@ -162,7 +175,7 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	}
 	where := fmt.Sprintf("%s database %s", c.Driver, redactDSN(c.DSN))
 
-	db, err := sql.Open(d.sqlDriver, dsn)
+	db, err := d.open(dsn, c)
 	if err != nil {
 		return nil, fmt.Errorf("sqlledger: open %s: %w; check sql.dsn", where, err)
 	}
@@ -170,11 +183,13 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
 
-	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), now: time.Now}
+	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), now: time.Now, where: where}
 	s.insertSQL = fmt.Sprintf(d.insertSQL, s.table)
 	s.lookupSQL = fmt.Sprintf(d.lookupSQL, s.table)
 	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
 	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
+	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table)
+	s.pgLookupSQL = fmt.Sprintf(pgLookupMany, s.table)
 
 	cctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
 	defer cancel()
@@ -357,23 +372,41 @@ func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, err
 }
 
 // retry runs fn in a transaction and commits, rerunning the whole
-// transaction when the database reports a transient conflict. attempts, if
-// not nil, receives how many times fn ran.
+// transaction when the database reports a transient conflict (at most
+// MaxRetries times) or is unavailable (until ctx ends: a failover takes as
+// long as it takes, and the messages wait unacknowledged). attempts, if not
+// nil, receives how many times fn ran.
 func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error, attempts *int) error {
+	return s.retryRun(ctx, func() error { return s.inTx(ctx, fn) }, attempts)
+}
+
+// retryRun is retry for a transaction that run makes and commits itself.
+func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) error {
 	wait := s.cfg.RetryInitial
+	conflicts := 0
 	for n := 1; ; n++ {
 		if attempts != nil {
 			*attempts = n
 		}
-		err := s.inTx(ctx, fn)
+		err := run()
 		if err == nil {
+			if n > 1 && s.waiting.CompareAndSwap(true, false) {
+				s.logf("sqlledger: %s answers again; transactions continue", s.where)
+			}
 			return nil
 		}
-		if !s.d.retryable(err) || n > s.cfg.MaxRetries || ctx.Err() != nil {
+		down := s.d.unavailable(err)
+		if !down {
+			conflicts++
+		}
+		if ctx.Err() != nil || (!down && (!s.d.retryable(err) || conflicts > s.cfg.MaxRetries)) {
 			if s.d.retryable(err) {
 				return fmt.Errorf("gave up after %d attempts: %w", n, err)
 			}
 			return err
+		}
+		if down {
+			s.noteDown(err)
 		}
 		// Full jitter: concurrent losers of the same conflict spread out.
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
@@ -384,6 +417,27 @@ func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error, attempts *int
 		case <-t.C:
 		}
 		wait = min(2*wait, s.cfg.RetryMax)
+	}
+}
+
+// noteDown logs, at most every downLogEvery, that transactions wait for a
+// read-write server.
+func (s *Store) noteDown(err error) {
+	s.waiting.Store(true)
+	now := time.Now().UnixNano()
+	last := s.lastDownLog.Load()
+	if now-last < int64(downLogEvery) || !s.lastDownLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.logf("sqlledger: %s has no read-write server answering (%v); retrying the transaction (ledger row and apply statements together) until one does; its messages stay unacknowledged", s.where, err)
+}
+
+// downLogEvery spaces the "no read-write server" lines of one store.
+const downLogEvery = 10 * time.Second
+
+func (s *Store) logf(format string, args ...any) {
+	if f := s.cfg.Logf; f != nil {
+		f(format, args...)
 	}
 }
 
@@ -417,6 +471,12 @@ func outcome(err error) string {
 	}
 	return "rolled back, nothing committed"
 }
+
+// IsUnavailable reports whether err means that no read-write server
+// answered (connection lost or refused, server shutting down or starting,
+// a standby): work that failed so can succeed later, unlike a refused
+// statement, a wrong password or a missing database.
+func (s *Store) IsUnavailable(err error) bool { return s.d.unavailable(err) }
 
 // IsRetryable reports whether err is a transient conflict (serialization
 // failure, deadlock, SQLITE_BUSY/LOCKED) that Apply would retry.

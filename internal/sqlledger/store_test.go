@@ -414,6 +414,28 @@ func testApplyBatchIsolatesFailingMessage(t *testing.T, b backend) {
 	if got := counter(t, s); got != 102 {
 		t.Fatalf("counter = %d after the failed message came back, want 102", got)
 	}
+	// A key applied before reports its stored hash; a copy whose first
+	// copy in the same batch failed is applied itself.
+	k4 := Key{Namespace: "n", ID: "4"}
+	out, err = s.ApplyBatch(ctx, []Entry{
+		{Key: k1, Hash: []byte("other"), Stmts: []Exec{incr(b, 1000)}},
+		{Key: k4, Stmts: []Exec{{Query: "UPDATE no_such_table SET x = 1"}}},
+		{Key: k4, Stmts: []Exec{incr(b, 10)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case out[0].Inserted || out[0].Err != nil || string(out[0].ExistingHash) != "h1":
+		t.Fatalf("entry 0 (applied before): %+v; want not Inserted with hash h1", out[0])
+	case out[1].Err == nil || out[1].Inserted:
+		t.Fatalf("entry 1: %+v; want its statement's error", out[1])
+	case !out[2].Inserted || out[2].Err != nil:
+		t.Fatalf("entry 2 (copy of the failed entry 1): %+v; want Inserted", out[2])
+	}
+	if got, n := counter(t, s), count(t, s); got != 112 || n != 4 {
+		t.Fatalf("counter = %d, ledger rows = %d; want 112 and 4", got, n)
+	}
 }
 
 // Two messages lock the same two rows in opposite orders; PostgreSQL aborts

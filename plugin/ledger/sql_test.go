@@ -254,12 +254,13 @@ sql:
   driver: postgres
   dsn: postgres://app:hunter2@127.0.0.1:%d/app?sslmode=disable&connect_timeout=2
   connect_timeout: 3s
+  startup_wait: 4s
 `, port))
 	if err == nil {
 		t.Fatal("a processor was built on an unreachable database")
 	}
-	if !strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), "hunter2") {
-		t.Fatalf("error should say the connection failed and hide the password: %v", err)
+	if !strings.Contains(err.Error(), "connect") || !strings.Contains(err.Error(), "gave up waiting for a read-write server") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("error should say the connection failed, that start-up waited, and hide the password: %v", err)
 	}
 	// A directory that cannot be created (a file is in the way).
 	blocker := filepath.Join(t.TempDir(), "file")

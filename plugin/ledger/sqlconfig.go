@@ -23,6 +23,7 @@ const (
 	fieldSQLMaxIdle         = "max_idle_conns"
 	fieldSQLConnMaxLifetime = "conn_max_lifetime"
 	fieldSQLConnectTimeout  = "connect_timeout"
+	fieldSQLStartupWait     = "startup_wait"
 	fieldSQLBusyTimeout     = "busy_timeout"
 	fieldSQLRetry           = "retry"
 	fieldSQLRetryInitial    = "initial_interval"
@@ -37,9 +38,10 @@ func sqlField() *service.ConfigField {
 			string(sqlledger.Postgres): "PostgreSQL, for a ledger several consumer instances share.",
 		}).Description("The database.").Default(string(sqlledger.SQLite)),
 		service.NewStringField(fieldSQLDSN).
-			Description("For SQLite the database file (WAL, `synchronous=FULL` and a busy timeout are added unless the DSN sets them). For PostgreSQL a `postgres://` URL or `key=value` string. Passwords are redacted in errors and logs.").
+			Description("For SQLite the database file (WAL, `synchronous=FULL` and a busy timeout are added unless the DSN sets them). For PostgreSQL a `postgres://` URL or `key=value` string; with a primary and standbys, list every host and set `target_session_attrs=read-write`, so that each new connection finds the current primary (see docs/scaling.md for what a failover does). Passwords are redacted in errors and logs.").
 			Example("./data/ledger.db").
-			Example("postgres://app:secret@db.internal:5432/app?sslmode=verify-full"),
+			Example("postgres://app:secret@db.internal:5432/app?sslmode=verify-full").
+			Example("postgres://app:secret@db1:5432,db2:5432/app?target_session_attrs=read-write&sslmode=verify-full"),
 		service.NewStringField(fieldSQLTable).
 			Description("The ledger table, created if missing: primary key (`namespace`, `key`), the payload's SHA-256 `hash` and `applied_at`. Lower-case letters, digits and underscores.").
 			Default("dedup_ledger"),
@@ -56,10 +58,10 @@ func sqlField() *service.ConfigField {
 		).Description("The message's effect: statements run in the SAME transaction as the ledger insert, and only when that insert created the row (the key was new). The transaction commits before the message moves on. Without `apply` the key is recorded when the pipeline acknowledges the message, as with `path`.").
 			Default([]any{}),
 		service.NewIntField(fieldSQLMaxBatch).
-			Description("At most this many messages, from all pipeline threads, share one transaction (each in its own savepoint, so a failing message rolls back alone). More `pipeline.threads` give more messages to group.").
+			Description("At most this many messages, from all pipeline threads, share one transaction (a failing message rolls back alone: with SQLite in its own savepoint, with PostgreSQL the transaction runs again without it). Messages can only be grouped while they wait in the processor together: set `pipeline.threads` to at least the broker's in-flight window for the consumer (Mosquitto's `max_inflight_messages`, default 20).").
 			Default(64).Advanced(),
 		service.NewIntField(fieldSQLMaxOpen).
-			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 8 for PostgreSQL. It is also how many transactions run at once.").
+			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 2 for PostgreSQL. It is also how many transactions run at once: fewer transactions group more messages each (see docs/scaling.md).").
 			Default(0).Advanced(),
 		service.NewIntField(fieldSQLMaxIdle).
 			Description("Maximum idle connections; `0` means `max_open_conns`.").
@@ -68,8 +70,11 @@ func sqlField() *service.ConfigField {
 			Description("Close connections older than this; `0s` keeps them.").
 			Default("0s").Advanced(),
 		service.NewDurationField(fieldSQLConnectTimeout).
-			Description("How long the first connection may take at start.").
+			Description("How long one connection attempt may take, to each host of the DSN (unless the DSN sets `connect_timeout`).").
 			Default("10s").Advanced(),
+		service.NewDurationField(fieldSQLStartupWait).
+			Description("How long start-up waits for a read-write server while none answers (refused, starting up, or only a standby not yet promoted), retrying with backoff and logging what it waits for; meanwhile the pipeline is not built, `/ready` does not answer 200 and no message is taken. `0s` waits until a server answers or the process is stopped. Errors no wait fixes stop the start at once: a DSN pgx cannot parse, a wrong password or user, a missing database, a host name that does not resolve, a failing `init_statements` entry.").
+			Default("0s").Advanced(),
 		service.NewDurationField(fieldSQLBusyTimeout).
 			Description("SQLite only: how long a transaction waits for another process's lock.").
 			Default("5s").Advanced(),
@@ -117,6 +122,7 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 		field []string
 	}{
 		{&c.ConnMaxLifetime, []string{fieldSQLConnMaxLifetime}}, {&c.ConnectTimeout, []string{fieldSQLConnectTimeout}},
+		{&s.pool.StartupWait, []string{fieldSQLStartupWait}},
 		{&c.BusyTimeout, []string{fieldSQLBusyTimeout}}, {&c.RetryInitial, []string{fieldSQLRetry, fieldSQLRetryInitial}},
 		{&c.RetryMax, []string{fieldSQLRetry, fieldSQLRetryMax}},
 	}

@@ -43,9 +43,13 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 		return nil, err
 	}
 	p := &sqlProcessor{common: newCommon(s, mgr)}
-	// Open is bounded by connect_timeout; Benthos gives constructors no context.
+	// Benthos gives constructors no context and offers a processor no say
+	// in /ready: while no read-write server answers, the constructor waits
+	// (each attempt bounded by connect_timeout, the whole by startup_wait),
+	// so the stream is not built, /ready is not 200 and no message is
+	// taken. Before the stream exists SIGTERM ends the process at once.
 	pc := s.sql.pool
-	pc.Retention, pc.OnKeys, pc.Logf = s.retention, func(n int64) { p.m.keys.Set(n) }, p.log.Errorf
+	pc.Retention, pc.OnKeys, pc.Logf = s.retention, func(n int64) { p.m.keys.Set(n) }, p.log.Warnf
 	p.sh, err = sqlledger.OpenPool(context.Background(), pc)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,15 @@ type sqlCounter struct {
 	// quiet leaves out the two log processors (a measurement should not
 	// pay for two log lines per message).
 	quiet bool
+	// threads, if set, is pipeline.threads: how many messages the ledger
+	// can group into one transaction.
+	threads int
+	// conns, if set, is sql.max_open_conns: how many transactions run at once.
+	conns int
+	// bin, if set, is the binary to run (a build of another commit).
+	bin string
+	// debugPort, if set, serves Benthos's HTTP API with /debug/pprof there.
+	debugPort int
 }
 
 func (c sqlCounter) yaml() string {
@@ -67,9 +76,13 @@ func (c sqlCounter) yaml() string {
 	if c.quiet {
 		before, after = "", ""
 	}
+	httpConf := "  enabled: false"
+	if c.debugPort != 0 {
+		httpConf = fmt.Sprintf("  enabled: true\n  address: 127.0.0.1:%d\n  debug_endpoints: true", c.debugPort)
+	}
 	return fmt.Sprintf(`
 http:
-  enabled: false
+%s
 logger:
   level: INFO
 input:
@@ -82,7 +95,7 @@ input:
     retry_backoff:
       initial_interval: 100ms
       max_interval: 500ms
-pipeline:
+pipeline:%s
   processors:%s
     - dedup_ledger:
         key: '%s'
@@ -90,14 +103,28 @@ pipeline:
         on_duplicate: flag
         sql:
           driver: %s
-          dsn: %q%s
+          dsn: %q%s%s
           apply:
             - query: UPDATE counter SET value = value + %s WHERE id = 1
               args_mapping: root = [ this.delta ]%s
 %soutput:
   reject_errored:
     drop: {}
-`, c.url, c.clientID, topic, before, key, c.driver, c.dsn, init, ph, after, c.slow())
+`, httpConf, c.url, c.clientID, topic, c.threadsConf(), before, key, c.driver, c.dsn, c.connsConf(), init, ph, after, c.slow())
+}
+
+func (c sqlCounter) connsConf() string {
+	if c.conns == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n          max_open_conns: %d", c.conns)
+}
+
+func (c sqlCounter) threadsConf() string {
+	if c.threads == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n  threads: %d", c.threads)
 }
 
 func (c sqlCounter) slow() string {

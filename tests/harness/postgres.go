@@ -25,8 +25,9 @@ const pgStartTimeout = 60 * time.Second
 const pgCommandTimeout = 20 * time.Second
 
 // Postgres is a throwaway PostgreSQL cluster on 127.0.0.1, run from
-// Debian's postgresql package as a non-root user. It is built for testing
-// transaction semantics, not durability: fsync is off.
+// Debian's postgresql package as a non-root user. StartPostgres builds it
+// for testing transaction semantics, not durability: fsync is off.
+// StartPostgresPair builds a durable primary and its synchronous standby.
 type Postgres struct {
 	t      testing.TB
 	bin    string // directory holding initdb, pg_ctl, createdb
@@ -43,10 +44,101 @@ type Postgres struct {
 // stops the server (immediate mode) and removes the directory.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	bin := postgresBin(t)
-	p := &Postgres{t: t, bin: bin, db: "harness"}
-	p.cred = postgresCredential(t)
+	p := newPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	p.run(ctx, "initdb", "-D", p.dataDir(), "-A", "trust", "-U", "postgres",
+		"--no-sync", "-E", "UTF8", "--locale=C")
+	p.start(ctx, "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off")
+	if err := p.createdb(ctx, p.db); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return p
+}
 
+// StartPostgresDurable is StartPostgres with PostgreSQL's durable
+// defaults: fsync, synchronous_commit and full_page_writes on, so every
+// commit waits for its WAL flush (shared by concurrent commits).
+func StartPostgresDurable(t testing.TB) *Postgres {
+	t.Helper()
+	p := newPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	p.run(ctx, "initdb", "-D", p.dataDir(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C")
+	p.start(ctx, "-c fsync=on", "-c synchronous_commit=on", "-c full_page_writes=on")
+	if err := p.createdb(ctx, p.db); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return p
+}
+
+// PostgresPair is a primary and a hot standby that streams its WAL,
+// made with pg_basebackup -R: durable (fsync on, full_page_writes on) and
+// with synchronous replication (synchronous_standby_names = '*',
+// synchronous_commit = on), so a commit the primary acknowledges has been
+// flushed by the standby too. Promote the standby when the primary dies.
+type PostgresPair struct {
+	Primary, Standby *Postgres
+}
+
+// StartPostgresPair starts the primary, copies it with pg_basebackup -R
+// into the standby, starts the standby and creates the database (whose
+// commit waits for the standby, so it returns once replication is
+// synchronous).
+func StartPostgresPair(t testing.TB) *PostgresPair {
+	t.Helper()
+	pri, sby := newPostgres(t), newPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*pgStartTimeout)
+	defer cancel()
+	pri.run(ctx, "initdb", "-D", pri.dataDir(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C")
+	durable := []string{"-c fsync=on", "-c full_page_writes=on", "-c synchronous_commit=on", "-c wal_level=replica"}
+	pri.start(ctx, append(durable, "-c synchronous_standby_names='*'")...)
+	// -R writes standby.signal and primary_conninfo; -X stream copies the
+	// WAL written meanwhile.
+	sby.run(ctx, "pg_basebackup", "-h", filepath.Join(pri.dir, "sock"), "-p", strconv.Itoa(pri.port),
+		"-U", "postgres", "-D", sby.dataDir(), "-R", "-X", "stream", "-c", "fast")
+	sby.start(ctx, append(durable, "-c hot_standby=on", "-c cluster_name=standby")...)
+	if err := pri.createdb(ctx, pri.db); err != nil {
+		t.Fatalf("harness: %v\nprimary log:\n%s\nstandby log:\n%s", err, pri.logTail(), sby.logTail())
+	}
+	sby.db = pri.db
+	return &PostgresPair{Primary: pri, Standby: sby}
+}
+
+// DSN is the multi-host URL of the pair's database: a client with it
+// connects to whichever of the two is read-write.
+func (pp *PostgresPair) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?target_session_attrs=read-write&sslmode=disable",
+		pp.Primary.port, pp.Standby.port, pp.Primary.db)
+}
+
+// Promote makes the standby a primary (pg_ctl promote, waiting until it
+// accepts writes).
+func (p *Postgres) Promote() {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	p.run(ctx, "pg_ctl", "-D", p.dataDir(), "-w", "-t", strconv.Itoa(int(pgStartTimeout/time.Second)), "promote")
+}
+
+// Kill SIGKILLs the postmaster and every process of the server (a machine
+// that dies takes its backends with it).
+func (p *Postgres) Kill() {
+	p.t.Helper()
+	pid := p.Pid()
+	if pid == 0 {
+		p.t.Fatal("harness: kill postgres: not running")
+	}
+	for _, q := range descendants(pid) {
+		_ = syscall.Kill(q, syscall.SIGKILL)
+	}
+	p.stop.Do(func() {}) // nothing left for pg_ctl stop
+}
+
+// newPostgres prepares a server's directory, owned by its user.
+func newPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	p := &Postgres{t: t, bin: postgresBin(t), db: "harness", cred: postgresCredential(t)}
 	dir, err := os.MkdirTemp("", "harness-postgres-")
 	if err != nil {
 		t.Fatalf("harness: postgres temp dir: %v", err)
@@ -59,26 +151,23 @@ func StartPostgres(t testing.TB) *Postgres {
 		}
 	}
 	p.mkdir(filepath.Join(dir, "sock"))
+	return p
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
-	defer cancel()
-	p.run(ctx, "initdb", "-D", p.dataDir(), "-A", "trust", "-U", "postgres",
-		"--no-sync", "-E", "UTF8", "--locale=C")
-
-	// A port found free may be taken before the server binds it; try a
-	// few times rather than fail the test on that race.
+// start starts the server on a free port with settings (-c name=value).
+// A port found free may be taken before the server binds it; it tries a
+// few times rather than fail the test on that race.
+func (p *Postgres) start(ctx context.Context, settings ...string) {
+	p.t.Helper()
 	var startErr error
 	for range 3 {
-		p.port = FreePort(t)
-		opts := strings.Join([]string{
+		p.port = FreePort(p.t)
+		opts := strings.Join(append([]string{
 			"-p " + strconv.Itoa(p.port),
 			"-c listen_addresses=127.0.0.1",
-			"-c unix_socket_directories=" + filepath.Join(dir, "sock"),
-			"-c fsync=off",
-			"-c synchronous_commit=off",
-			"-c full_page_writes=off",
+			"-c unix_socket_directories=" + filepath.Join(p.dir, "sock"),
 			"-c max_connections=200",
-		}, " ")
+		}, settings...), " ")
 		startErr = p.try(ctx, "pg_ctl", "-D", p.dataDir(), "-l", p.logPath(),
 			"-o", opts, "-w", "-t", strconv.Itoa(int(pgStartTimeout/time.Second)), "start")
 		if startErr == nil {
@@ -86,14 +175,29 @@ func StartPostgres(t testing.TB) *Postgres {
 		}
 	}
 	if startErr != nil {
-		t.Fatalf("harness: start postgres: %v\nserver log:\n%s", startErr, p.logTail())
+		p.t.Fatalf("harness: start postgres: %v\nserver log:\n%s", startErr, p.logTail())
 	}
-	t.Cleanup(p.Stop)
+	p.t.Cleanup(p.Stop)
+}
 
-	if err := p.createdb(ctx, p.db); err != nil {
-		t.Fatalf("harness: %v", err)
+// descendants is pid and every live process below it.
+func descendants(pid int) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	children := map[int][]int{}
+	for _, d := range dirs {
+		q, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if ppid, _, err := procStat(q); err == nil {
+			children[ppid] = append(children[ppid], q)
+		}
 	}
-	return p
+	out := []int{pid}
+	for i := 0; i < len(out) && i < 10000; i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
 }
 
 // DSN is the URL of the database StartPostgres created.

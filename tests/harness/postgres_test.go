@@ -76,3 +76,51 @@ func TestPostgresCleanupRemovesCluster(t *testing.T) {
 		t.Fatalf("server at %s still answers after cleanup", dsn)
 	}
 }
+
+// TestPostgresPairReplicatesSynchronouslyAndPromotes: the multi-host DSN
+// reaches the primary; the standby is read-only and has each acknowledged
+// commit; after the primary is SIGKILLed nothing is read-write, and after
+// Promote the same DSN reaches the former standby with every committed row.
+func TestPostgresPairReplicatesSynchronouslyAndPromotes(t *testing.T) {
+	pp := StartPostgresPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, err := sql.Open("pgx", pp.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sync, fsync string
+	if err := db.QueryRowContext(ctx, `SELECT current_setting('synchronous_standby_names'), current_setting('fsync')`).Scan(&sync, &fsync); err != nil || sync != "*" || fsync != "on" {
+		t.Fatalf("primary settings: synchronous_standby_names=%q fsync=%q err=%v", sync, fsync, err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES ($1)`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var state string
+	if err := db.QueryRowContext(ctx, `SELECT sync_state FROM pg_stat_replication`).Scan(&state); err != nil || state != "sync" {
+		t.Fatalf("replication state %q (err %v), want sync", state, err)
+	}
+
+	pp.Primary.Kill()
+	db.SetMaxIdleConns(0)
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	err = db.PingContext(short)
+	cancelShort()
+	if err == nil {
+		t.Fatal("the multi-host DSN reached a read-write server with the primary dead and the standby not promoted")
+	}
+	pp.Standby.Promote()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 50 {
+		t.Fatalf("after promotion: %d rows (err %v), want 50", n, err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES (50)`); err != nil {
+		t.Fatalf("write after promotion: %v", err)
+	}
+}

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
+
+// BeforeBinaryEnv names a reliable-mqtt binary built from an earlier
+// commit; TestSQLConsumerCPUPerEvent then measures it too, interleaved.
+const BeforeBinaryEnv = "RELIABLE_MQTT_BEFORE_BIN"
+
+// TestSQLConsumerCPUPerEvent measures the CPU one applied event costs:
+// the consumers (reliable_mqtt_in → dedup_ledger with the counter in
+// sql.apply → ACK), and the PostgreSQL server, which runs durably (fsync
+// and synchronous_commit on). Two consumers on $share/g/events/in share a
+// PostgreSQL ledger; one consumer has an SQLite ledger (its CPU includes
+// SQLite's). 3,000 distinct events are queued for the sessions before the
+// consumers start; measureGroup takes the window from 10% to 90% applied.
+//
+// With RELIABLE_MQTT_BEFORE_BIN set, every round measures that binary and
+// this one, alternating, on the same servers, and the ratios are logged.
+// Asserted: each run applies every event exactly once. The CPU figures
+// are logged, not asserted.
+//
+//	RELIABLE_MQTT_BEFORE_BIN=/tmp/old/reliable-mqtt go test -count=1 -v -run TestSQLConsumerCPUPerEvent ./tests/e2e/
+func TestSQLConsumerCPUPerEvent(t *testing.T) {
+	const n, rounds = 3000, 2
+	type build struct{ name, bin string }
+	builds := []build{{"this", ""}}
+	if b := os.Getenv(BeforeBinaryEnv); b != "" {
+		builds = []build{{"before", b}, {"this", ""}}
+	}
+	pg := harness.StartPostgresDurable(t)
+	samples := map[string][]groupSample{} // build/driver
+	run := 0
+	for round := range rounds {
+		for bi := range builds {
+			// Alternate which build goes first, so neither always gets the
+			// quieter moment.
+			b := builds[(bi+round)%len(builds)]
+			for _, driver := range []string{"postgres", "sqlite"} {
+				run++
+				m := harness.StartMosquitto(t, harness.MosquittoOptions{})
+				consumers, dsn, dbPid := 2, pg.NewDatabase(t), pg.Pid()
+				if driver == "sqlite" {
+					consumers, dsn, dbPid = 1, filepath.Join(t.TempDir(), "ledger.db"), 0
+				}
+				const filter = "$share/g/events/in"
+				cfgs := make([]sqlCounter, consumers)
+				for i := range cfgs {
+					id := fmt.Sprintf("cpu-%d-%d", run, i)
+					harness.Subscribe(t, m.URL(), id, false, filter).Close()
+					cfgs[i] = sqlCounter{url: m.URL(), clientID: id, topic: filter, driver: driver, dsn: dsn, quiet: true, bin: b.bin, threads: cpuThreads}
+				}
+				for from := 1; from <= n; from += 500 {
+					var events [][]byte
+					for i := from; i < from+500 && i <= n; i++ {
+						events = append(events, ledgerEvent(fmt.Sprintf("m-%d", i)))
+					}
+					harness.Publish(t, m.URL(), "events/in", events)
+				}
+				procs := runConsumers(t, cfgs)
+				s := measureGroup(t, driver, dsn, n, procs, m.Pid(), dbPid)
+				for _, p := range procs {
+					if err := p.Stop(15 * time.Second); err != nil {
+						t.Error(err)
+					}
+				}
+				if counter, rows := sqlState(t, driver, dsn); counter != n || rows != n {
+					t.Fatalf("%s %s: counter = %d, ledger rows = %d; want exactly %d", b.name, driver, counter, rows, n)
+				}
+				key := b.name + "/" + driver
+				samples[key] = append(samples[key], s)
+				t.Logf("round %d, %s, %s: %.0f events/s, consumer %d µs, database %d µs, mosquitto %d µs per event",
+					round+1, b.name, driver, s.rate, s.consumer.Microseconds(), s.database.Microseconds(), s.broker.Microseconds())
+				m.Kill()
+			}
+		}
+	}
+	median := func(ss []groupSample, f func(groupSample) float64) float64 {
+		v := make([]float64, len(ss))
+		for i, s := range ss {
+			v[i] = f(s)
+		}
+		sort.Float64s(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	cons := func(s groupSample) float64 { return float64(s.consumer.Microseconds()) }
+	db := func(s groupSample) float64 { return float64(s.database.Microseconds()) }
+	rate := func(s groupSample) float64 { return s.rate }
+	var out strings.Builder
+	fmt.Fprintf(&out, "| build | ledger | applied events/s | consumer CPU per event | PostgreSQL CPU per event |\n|---|---|---|---|---|\n")
+	for _, driver := range []string{"postgres", "sqlite"} {
+		for _, b := range builds {
+			ss := samples[b.name+"/"+driver]
+			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f µs | %.0f µs |\n", b.name, driver, median(ss, rate), median(ss, cons), median(ss, db))
+		}
+		if len(builds) == 2 {
+			bf, af := samples["before/"+driver], samples["this/"+driver]
+			fmt.Fprintf(&out, "| this / before | %s | %.2f | %.2f | %.2f |\n", driver,
+				median(af, rate)/median(bf, rate), median(af, cons)/median(bf, cons), safeRatio(median(af, db), median(bf, db)))
+		}
+	}
+	t.Logf("CPU per applied event (medians of %d rounds, %d events each; PostgreSQL with fsync on, 2 consumers; SQLite 1 consumer):\n%s", rounds, n, out.String())
+}
+
+// cpuThreads is pipeline.threads for the measurement: at least
+// Mosquitto's in-flight window (20), so that every message the broker lets
+// a consumer hold can wait in the ledger's next group.
+const cpuThreads = 24
+
+func safeRatio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
