@@ -320,8 +320,13 @@ type input struct {
 
 	resumed *inbox.ResumeLog
 
-	mu     sync.Mutex
-	client mqttclient.Transport
+	mu       sync.Mutex
+	client   mqttclient.Transport
+	stopLink context.CancelFunc // ends the connected gauge's watcher
+	link     struct {           // the current connection's linkContext
+		conn mqttclient.Conn
+		ctx  context.Context
+	}
 	closed bool
 
 	acking sync.WaitGroup // AckFuncs begun before Close; Close waits for them (bounded). Add only via beginAck
@@ -377,6 +382,9 @@ func (i *input) Connect(ctx context.Context) error {
 			return err
 		}
 		i.client = client
+		linkCtx, stop := context.WithCancel(context.Background())
+		i.stopLink = stop
+		go mqttclient.WatchLink(linkCtx, client, i.m.setConnected)
 	}
 	client := i.client
 	i.mu.Unlock()
@@ -390,12 +398,34 @@ func (i *input) Connect(ctx context.Context) error {
 }
 
 // Read returns the next delivery: a rejected message whose backoff has
-// passed, or the oldest received one.
+// passed, or the oldest received one. Without a live connection it returns
+// service.ErrNotConnected, at once or when the connection it waits on is
+// lost: Benthos then marks the input not ready (/ready answers 503) and
+// calls Connect until the client has reconnected. Deliveries of a lost
+// connection are stale anyway (their acknowledgement would go nowhere; the
+// broker redelivers them).
 func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
+	i.mu.Lock()
+	client := i.client
+	i.mu.Unlock()
+	if client == nil {
+		return nil, nil, service.ErrNotConnected
+	}
 	for {
-		d, err := i.in.Read(ctx)
+		conn := client.Current()
+		if conn == nil {
+			return nil, nil, service.ErrNotConnected
+		}
+		readCtx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(i.linkContext(conn), cancel)
+		d, err := i.in.Read(readCtx)
+		stop()
+		cancel()
 		if errors.Is(err, inbox.ErrClosed) {
 			return nil, nil, service.ErrEndOfInput
+		}
+		if err != nil && ctx.Err() == nil && !conn.Alive() {
+			return nil, nil, service.ErrNotConnected
 		}
 		if err != nil {
 			return nil, nil, err
@@ -544,6 +574,9 @@ func (i *input) Close(ctx context.Context) error {
 	i.closed = true
 	client := i.client
 	i.client = nil
+	if i.stopLink != nil {
+		i.stopLink()
+	}
 	i.mu.Unlock()
 
 	i.in.Close()
@@ -556,6 +589,22 @@ func (i *input) Close(ctx context.Context) error {
 		return nil
 	}
 	return client.Close(ctx)
+}
+
+// linkContext returns a context that ends when conn is lost, one per
+// connection (one goroutine per connection, not per Read).
+func (i *input) linkContext(conn mqttclient.Conn) context.Context {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.link.conn != conn {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-conn.Lost()
+			cancel()
+		}()
+		i.link.conn, i.link.ctx = conn, ctx
+	}
+	return i.link.ctx
 }
 
 // propsOf returns the MQTT 5 properties of a received message (nil on
