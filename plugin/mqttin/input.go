@@ -165,6 +165,7 @@ Every field and option applies to both protocol versions unless its description 
 				Default("5s").Advanced(),
 			mqttclient.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
+		LintRule(inputLintRule).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
 input:
   reliable_mqtt_in:
@@ -193,6 +194,24 @@ output:
       enabled: false
 `)
 }
+
+// inputLintRule finds, at `lint` time, the combinations parseSettings
+// refuses at start (Benthos runs it on the YAML as written).
+const inputLintRule = `
+let v5 = this.protocol_version.or("3.1.1") == "5"
+let envelope = this.envelope.or("none")
+let v5only = [
+  if $envelope == "properties" { "envelope: properties" },
+  if this.session_expiry_interval != null { "session_expiry_interval" },
+].filter(v -> v != null)
+root = [
+  if !$v5 && $v5only.length() > 0 { $v5only.join(", ") + ": MQTT 5 only: set protocol_version: \"5\" (the broker must speak it), or remove them" },
+  if this.client_id.or("unset") == "" { "client_id must not be empty: it names the persistent session that keeps messages while the pipeline is down" },
+  if this.ack_topic.or("") != "" && $envelope == "none" { "ack_topic needs envelope: ingress, delivery or properties, since only a decoded envelope carries the event_id to acknowledge" },
+  if this.ack_topic.or("") == "" && (this.ack_auth_key.or("") != "" || !["[]", "null"].contains(this.ack_auth_keys.or([]).string())) { "ack_auth_key needs ack_topic: it signs the end-to-end ACKs sent there" },
+  if ![0, 1, 2].contains(this.qos.or(1)) { "qos must be 0, 1 or 2" },
+].filter(v -> v != null)
+`
 
 func init() {
 	err := service.RegisterInput("reliable_mqtt_in", inputSpec(),
