@@ -65,8 +65,7 @@ func TestDeadLetterCarriesItsIdentityAndIsReplayedAfterTheFix(t *testing.T) {
 
 	// The replay's session exists before anything is dead-lettered, as the
 	// config's comment asks: run it once, stop it.
-	replayEnv := append(env, "HTTP_ADDRESS="+httpAddr(t))
-	replay := harness.RunPipeline(t, shippedConfig(t, "replay_dead_letters.yaml"), harness.ProcOptions{Env: replayEnv})
+	replay := harness.RunPipeline(t, shippedConfig(t, "replay_dead_letters.yaml"), harness.ProcOptions{Env: env, Args: []string{"-s", "http.address=" + httpAddr(t)}})
 	if !replay.WaitForLog("Input type reliable_mqtt_in is now active", 2*time.Minute) {
 		t.Fatal("the replay's input never became active")
 	}
