@@ -175,6 +175,11 @@ func TestOutboxStatAndListThroughTheBinary(t *testing.T) {
 	if s.ClientID != id || !strings.Contains(text, id) {
 		t.Fatalf("stat shows client ID %q, the outbox's is %q", s.ClientID, id)
 	}
+	// The stored ID is a fallback; the line says so, since a process with
+	// client_id set connects under that name instead.
+	if !strings.Contains(text, "client id:  "+id+" (stored in the file; used only while the output's client_id is empty)") {
+		t.Fatalf("stat does not say when the stored client ID applies:\n%s", text)
+	}
 
 	list := strings.Split(strings.TrimSpace(mustCLI(t, "outbox", "list", path, "--after", "10", "--limit", "3")), "\n")
 	if len(list) != 4 {
