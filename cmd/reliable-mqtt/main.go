@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	useOwnHelpExamples()
 	service.RunCLI(context.Background(),
 		service.CLIOptSetBinaryName(productName),
 		service.CLIOptSetProductName(productName),

@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -22,6 +23,22 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
+
+// sqliteMagic starts every SQLite database file.
+const sqliteMagic = "SQLite format 3\x00"
+
+// isSQLite reports whether the file at path is a SQLite database: a
+// ledger kept with sql that a user names as if it were a bbolt file.
+func isSQLite(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteMagic))
+	_, err = io.ReadFull(f, head)
+	return err == nil && string(head) == sqliteMagic
+}
 
 // lockTimeout bounds the wait for a file another process holds.
 const lockTimeout = time.Second
@@ -87,6 +104,9 @@ func view(path, live string, fn func(tx *bolt.Tx) error) (err error) {
 	if err != nil {
 		if errors.Is(err, boltfile.ErrLocked) {
 			return fmt.Errorf("%s is locked by another process (a running reliable-mqtt?) and cannot be read while it runs: stop that process to inspect the file, or read its live state from its metrics (%s at /metrics with `metrics: prometheus: {}`)", path, live)
+		}
+		if isSQLite(path) {
+			return fmt.Errorf("%s is a SQLite database, not a bbolt file. A dedup_ledger with sql (driver: sqlite) is read with: reliable-mqtt ledger lookup --driver sqlite --dsn %s --table TABLE [--namespace NS] KEY (TABLE is the ledger's sql.table; `ledger stat` takes the same flags)", path, path)
 		}
 		return err
 	}

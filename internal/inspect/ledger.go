@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -77,6 +78,9 @@ func source(c *cli.Context, wantArgs int) (src ledgerSource, rest []string, err 
 		if len(args) == 0 {
 			return src, nil, fmt.Errorf("%s: name a bbolt FILE, or a SQL ledger with --driver and --dsn (usage: %s)", c.Command.FullName(), c.Command.UsageText)
 		}
+		if lower := strings.ToLower(args[0]); strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://") {
+			return src, nil, fmt.Errorf("%s: %q is a PostgreSQL DSN, not a bbolt FILE: use --driver postgres --dsn DSN [--table TABLE] (usage: %s)", c.Command.FullName(), args[0], c.Command.UsageText)
+		}
 		if src.file, err = filepath.Abs(args[0]); err != nil {
 			return src, nil, err
 		}
@@ -94,10 +98,19 @@ func withSQL(cfg sqlledger.Config, fn func(ctx context.Context, s *sqlledger.Sto
 	defer cancel()
 	s, err := sqlledger.OpenExisting(ctx, cfg)
 	if err != nil {
-		return err
+		return tableHint(err, cfg.Table)
 	}
 	defer s.Close()
-	return fn(ctx, s)
+	return tableHint(fn(ctx, s), cfg.Table)
+}
+
+// tableHint adds to a missing-table error (SQLite's or PostgreSQL's) that
+// --table names it: a ledger's sql.table is often not the default.
+func tableHint(err error, table string) error {
+	if msg := fmt.Sprint(err); strings.Contains(msg, "no such table") || (strings.Contains(msg, "relation") && strings.Contains(msg, "does not exist")) {
+		return fmt.Errorf("%w (--table names the ledger's sql.table; it is %q now)", err, table)
+	}
+	return err
 }
 
 type ledgerStatJSON struct {

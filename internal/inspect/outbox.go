@@ -42,7 +42,7 @@ func OutboxCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			interspersed(&cli.Command{
 				Name:      "stat",
-				Usage:     "Pending count, bytes, oldest and newest record, client ID",
+				Usage:     "Pending count, bytes, oldest and newest record, the stored client ID (used while client_id is empty)",
 				UsageText: "reliable-mqtt outbox stat FILE [--json]",
 				Flags:     []cli.Flag{jsonFlag},
 				Action:    outboxStat,
@@ -130,7 +130,8 @@ func outboxStat(c *cli.Context) error {
 			fmt.Fprintf(w, "oldest:\tseq %d, enqueued %s\n", s.FirstSeq, when(s.Oldest, now))
 			fmt.Fprintf(w, "newest:\tseq %d, enqueued %s\n", s.LastSeq, when(s.Newest, now))
 		}
-		fmt.Fprintf(w, "client id:\t%s\n", s.ClientID)
+		// The stored ID is a fallback: a configured client_id replaces it.
+		fmt.Fprintf(w, "client id:\t%s (stored in the file; used only while the output's client_id is empty)\n", s.ClientID)
 		fmt.Fprintf(w, "damaged:\t%d records set aside (failed their checksum, never published)\n", s.Damaged)
 		return w.Flush()
 	})

@@ -137,6 +137,7 @@ type Options struct {
 type link struct {
 	gen            uint64
 	sessionPresent bool
+	broker         string // the URL this connection reached, for the log
 
 	// ctx is cancelled when the connection is lost; its Done is Lost.
 	ctx     context.Context
@@ -378,7 +379,7 @@ func (c *Client) loop() {
 		}
 		c.setCurrent(conn)
 		if c.log != nil {
-			c.log.Infof("MQTT connected to %v as %q (protocol %s, session present: %v)", c.cfg.URLs, c.cfg.ClientID, c.protocol(), conn.SessionPresent())
+			c.log.Infof("MQTT connected to %s as %q (protocol %s, session present: %v)", c.chosen(conn), c.cfg.ClientID, c.protocol(), conn.SessionPresent())
 		}
 		select {
 		case <-conn.Lost():
@@ -406,6 +407,22 @@ func (c *Client) loop() {
 			return
 		}
 	}
+}
+
+// chosen names the broker conn reached: its URL, and which of the
+// configured URLs it is when there are several (an embedded broker's URL
+// is the one it listens on).
+func (c *Client) chosen(conn conn) string {
+	b := conn.base().broker
+	if b == "" || len(c.brokerURLs) == 1 {
+		return fmt.Sprint(c.cfg.URLs)
+	}
+	for i, u := range c.brokerURLs {
+		if u == b {
+			return fmt.Sprintf("%s (URL %d of %d)", c.cfg.URLs[i], i+1, len(c.brokerURLs))
+		}
+	}
+	return b
 }
 
 func (c *Client) protocol() string {

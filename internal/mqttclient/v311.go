@@ -102,6 +102,9 @@ func keys(m map[string]byte) []string {
 func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
 	conn := &v311Conn{link: newLink(gen)}
 	o := paho.NewClientOptions().
+		// Explicit 3.1.1: otherwise paho retries a node that did not answer
+		// with MQTT 3.1, a second connect_timeout for each silent node.
+		SetProtocolVersion(4).
 		SetClientID(c.cfg.ClientID).
 		SetCleanSession(c.cfg.CleanSession).
 		SetUsername(c.cfg.User).
@@ -118,6 +121,13 @@ func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
 		SetOrderMatters(true).
 		SetAutoAckDisabled(c.opts.ManualAck).
 		SetCustomOpenConnectionFn(openBuffered). // packets leave in fewer write(2)s (bufconn.go)
+		SetConnectionNotificationHandler(func(_ paho.Client, n paho.ConnectionNotification) {
+			// The last node tried is the one a successful attempt reached;
+			// read after the token completes.
+			if b, ok := n.(paho.ConnectionNotificationBroker); ok {
+				conn.broker = b.Broker.String()
+			}
+		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			if c.log != nil && err != nil {
 				c.log.Debugf("MQTT connection lost: %v", err)

@@ -517,6 +517,7 @@ func (c *Client) dialV5(gen uint64, closing <-chan struct{}) (conn, error) {
 	for _, u := range c.brokerURLs {
 		conn, err := c.tryV5(gen, u, closing)
 		if err == nil {
+			conn.broker = u
 			return conn, nil
 		}
 		select {

@@ -2,6 +2,7 @@ package mqttin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -116,16 +117,25 @@ func (ti *testInput) closeOnBroker(b *harness.Mosquitto, clientID string) {
 	})
 }
 
-// read returns the next message or fails the test after readTimeout.
+// read returns the next message or fails the test after readTimeout. Like
+// Benthos, it calls Connect again when Read reports no connection.
 func (ti *testInput) read() (*service.Message, service.AckFunc) {
 	ti.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	msg, ack, err := ti.in.Read(ctx)
-	if err != nil {
-		ti.t.Fatalf("read: %v", err)
+	for {
+		msg, ack, err := ti.in.Read(ctx)
+		if errors.Is(err, service.ErrNotConnected) && ctx.Err() == nil {
+			if err := ti.in.Connect(ctx); err != nil && ctx.Err() != nil {
+				ti.t.Fatalf("read: no connection within %s: %v", readTimeout, err)
+			}
+			continue
+		}
+		if err != nil {
+			ti.t.Fatalf("read: %v", err)
+		}
+		return msg, ack
 	}
-	return msg, ack
 }
 
 // readNone asserts that no message arrives within wait.

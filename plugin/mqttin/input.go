@@ -165,6 +165,7 @@ Every field and option applies to both protocol versions unless its description 
 				Default("5s").Advanced(),
 			mqttclient.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
+		LintRule(inputLintRule).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
 input:
   reliable_mqtt_in:
@@ -193,6 +194,24 @@ output:
       enabled: false
 `)
 }
+
+// inputLintRule finds, at `lint` time, the combinations parseSettings
+// refuses at start (Benthos runs it on the YAML as written).
+const inputLintRule = `
+let v5 = this.protocol_version.or("3.1.1") == "5"
+let envelope = this.envelope.or("none")
+let v5only = [
+  if $envelope == "properties" { "envelope: properties" },
+  if this.session_expiry_interval != null { "session_expiry_interval" },
+].filter(v -> v != null)
+root = [
+  if !$v5 && $v5only.length() > 0 { $v5only.join(", ") + ": MQTT 5 only: set protocol_version: \"5\" (the broker must speak it), or remove them" },
+  if this.client_id.or("unset") == "" { "client_id must not be empty: it names the persistent session that keeps messages while the pipeline is down" },
+  if this.ack_topic.or("") != "" && $envelope == "none" { "ack_topic needs envelope: ingress, delivery or properties, since only a decoded envelope carries the event_id to acknowledge" },
+  if this.ack_topic.or("") == "" && (this.ack_auth_key.or("") != "" || !["[]", "null"].contains(this.ack_auth_keys.or([]).string())) { "ack_auth_key needs ack_topic: it signs the end-to-end ACKs sent there" },
+  if ![0, 1, 2].contains(this.qos.or(1)) { "qos must be 0, 1 or 2" },
+].filter(v -> v != null)
+`
 
 func init() {
 	err := service.RegisterInput("reliable_mqtt_in", inputSpec(),
@@ -320,8 +339,13 @@ type input struct {
 
 	resumed *inbox.ResumeLog
 
-	mu     sync.Mutex
-	client mqttclient.Transport
+	mu       sync.Mutex
+	client   mqttclient.Transport
+	stopLink context.CancelFunc // ends the connected gauge's watcher
+	link     struct {           // the current connection's linkContext
+		conn mqttclient.Conn
+		ctx  context.Context
+	}
 	closed bool
 
 	acking sync.WaitGroup // AckFuncs begun before Close; Close waits for them (bounded). Add only via beginAck
@@ -377,6 +401,9 @@ func (i *input) Connect(ctx context.Context) error {
 			return err
 		}
 		i.client = client
+		linkCtx, stop := context.WithCancel(context.Background())
+		i.stopLink = stop
+		go mqttclient.WatchLink(linkCtx, client, i.m.setConnected)
 	}
 	client := i.client
 	i.mu.Unlock()
@@ -390,12 +417,34 @@ func (i *input) Connect(ctx context.Context) error {
 }
 
 // Read returns the next delivery: a rejected message whose backoff has
-// passed, or the oldest received one.
+// passed, or the oldest received one. Without a live connection it returns
+// service.ErrNotConnected, at once or when the connection it waits on is
+// lost: Benthos then marks the input not ready (/ready answers 503) and
+// calls Connect until the client has reconnected. Deliveries of a lost
+// connection are stale anyway (their acknowledgement would go nowhere; the
+// broker redelivers them).
 func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
+	i.mu.Lock()
+	client := i.client
+	i.mu.Unlock()
+	if client == nil {
+		return nil, nil, service.ErrNotConnected
+	}
 	for {
-		d, err := i.in.Read(ctx)
+		conn := client.Current()
+		if conn == nil {
+			return nil, nil, service.ErrNotConnected
+		}
+		readCtx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(i.linkContext(conn), cancel)
+		d, err := i.in.Read(readCtx)
+		stop()
+		cancel()
 		if errors.Is(err, inbox.ErrClosed) {
 			return nil, nil, service.ErrEndOfInput
+		}
+		if err != nil && ctx.Err() == nil && !conn.Alive() {
+			return nil, nil, service.ErrNotConnected
 		}
 		if err != nil {
 			return nil, nil, err
@@ -544,6 +593,9 @@ func (i *input) Close(ctx context.Context) error {
 	i.closed = true
 	client := i.client
 	i.client = nil
+	if i.stopLink != nil {
+		i.stopLink()
+	}
 	i.mu.Unlock()
 
 	i.in.Close()
@@ -556,6 +608,22 @@ func (i *input) Close(ctx context.Context) error {
 		return nil
 	}
 	return client.Close(ctx)
+}
+
+// linkContext returns a context that ends when conn is lost, one per
+// connection (one goroutine per connection, not per Read).
+func (i *input) linkContext(conn mqttclient.Conn) context.Context {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.link.conn != conn {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-conn.Lost()
+			cancel()
+		}()
+		i.link.conn, i.link.ctx = conn, ctx
+	}
+	return i.link.ctx
 }
 
 // propsOf returns the MQTT 5 properties of a received message (nil on

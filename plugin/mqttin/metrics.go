@@ -13,6 +13,15 @@ type metrics struct {
 	malformed       *service.MetricCounter // envelopes that failed to decode (dropped or flagged)
 	acksPublished   *service.MetricCounter // end-to-end ACKs published to ack_topic
 	ackPublishFails *service.MetricCounter // end-to-end ACKs that could not be published
+	connected       *service.MetricGauge   // 1 while a connection with its subscriptions is ready
+}
+
+func (m *metrics) setConnected(up bool) {
+	if up {
+		m.connected.Set(1)
+	} else {
+		m.connected.Set(0)
+	}
 }
 
 func newMetrics(m *service.Metrics) *metrics {
@@ -35,5 +44,6 @@ func newMetrics(m *service.Metrics) *metrics {
 		malformed:       m.NewCounter("reliable_mqtt_in_malformed_envelopes"),
 		acksPublished:   m.NewCounter("reliable_mqtt_in_acks_published"),
 		ackPublishFails: m.NewCounter("reliable_mqtt_in_ack_publish_failed"),
+		connected:       m.NewGauge("reliable_mqtt_in_connected"),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -70,11 +71,31 @@ func openOutbox(path string, opts outbox.Options) (*outbox.Outbox, error) {
 	return outbox.Open(path, opts)
 }
 
-// Connect starts connecting to the broker in the background: with an
-// outbox, writes are accepted while the broker is away.
+// Connect starts connecting to the broker in the background. With an
+// outbox it returns at once: writes are accepted while the broker is away,
+// so the output is ready while its outbox is open, and the link shows in
+// reliable_mqtt_out_connected. In direct mode a write needs the broker, so
+// Connect waits (bounded) for a connection and fails without one: Benthos
+// marks the output not ready and calls Connect again.
 func (o *output) Connect(ctx context.Context) error {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	err := o.start()
+	client, direct := o.client, o.ob == nil
+	o.mu.Unlock()
+	if err != nil || !direct {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.s.client.ConnectTimeout+time.Second)
+	defer cancel()
+	if _, err := client.WaitReady(ctx); err != nil {
+		return fmt.Errorf("no MQTT connection to %v yet (still trying in the background): %w", o.s.client.URLs, err)
+	}
+	return nil
+}
+
+// start starts the client, the sender and the gauges' watchers once.
+// Caller holds mu.
+func (o *output) start() error {
 	if o.client != nil {
 		return nil
 	}
@@ -121,6 +142,8 @@ func (o *output) Connect(ctx context.Context) error {
 	} else {
 		o.direct = sender.NewDirect(o.s.senderConfig(), client, o.acks, o.ignored, o.m)
 		go o.direct.Run(runCtx)
+		// The outbox sender sets the gauge itself; here nothing else would.
+		go mqttclient.WatchLink(runCtx, client, o.m.SetConnected)
 	}
 	return nil
 }
@@ -150,11 +173,37 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		recs[i], errs[i] = o.buildRecord(msg)
 	}
 	if d != nil {
+		if o.notConnected(errs, false) {
+			return service.ErrNotConnected
+		}
 		d.SendAll(ctx, recs, errs)
+		if o.notConnected(errs, true) {
+			return service.ErrNotConnected
+		}
 	} else {
 		o.appendAll(ctx, ob, batch, recs, errs)
 	}
 	return batchError(batch, errs)
+}
+
+// notConnected reports, in direct mode, that the broker connection is down
+// and no message of the batch is settled: none succeeded (sent: a nil error
+// is a success) and none failed permanently. Returning
+// service.ErrNotConnected then makes Benthos mark the output not ready and
+// hold the batch until Connect succeeds again.
+func (o *output) notConnected(errs []error, sent bool) bool {
+	o.mu.Lock()
+	client := o.client
+	o.mu.Unlock()
+	if client == nil || client.Current() != nil {
+		return false
+	}
+	for _, err := range errs {
+		if (sent && err == nil) || IsPermanent(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // appendAll appends the messages that have a record in one AppendBatch: they

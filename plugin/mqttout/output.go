@@ -161,10 +161,7 @@ Every field and option applies to both protocol versions unless its description 
 			service.NewBatchPolicyField(fieldBatching).
 				Description("Hand the output messages in batches: with the outbox on, one batch is appended in the transactions of one group commit, so more records share each fsync (see docs/performance.md). A message is still acknowledged only after the fsync that covers it. In direct mode the messages of a batch are published concurrently. Off by default (every message is its own batch)."),
 		).
-		LintRule(`root = match {
-  this.confirm == "end_to_end" && this.envelope == "delivery" => [ "envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)" ],
-  this.outbox.enabled && this.outbox.path == "" => [ "outbox.path is required while outbox.enabled is true" ],
-}`).
+		LintRule(outputLintRule).
 		Example("Durable publisher", "Generate readings and publish them through the outbox on the embedded broker.", `
 input:
   generate:
@@ -189,6 +186,34 @@ output:
       path: ./data/outbox.db
 `)
 }
+
+// outputLintRule finds, at `lint` time, the combinations parseSettings
+// refuses at start (Benthos runs it on the YAML as written, defaults absent).
+const outputLintRule = `
+let v5 = this.protocol_version.or("3.1.1") == "5"
+let e2e = this.confirm.or("broker") == "end_to_end"
+let outbox = this.outbox.enabled.or(true)
+let retained = this.retained.or("false").string()
+let v5only = [
+  if this.envelope.or("") == "properties" { "envelope: properties" },
+  if this.user_properties.or({}).length() > 0 { "user_properties" },
+  if this.content_type.or("") != "" { "content_type" },
+  if this.message_expiry.or("") != "" { "message_expiry" },
+  if this.require_subscribers.or(false) { "require_subscribers" },
+  if this.session_expiry_interval != null { "session_expiry_interval" },
+].filter(v -> v != null)
+root = [
+  if !$v5 && $v5only.length() > 0 { $v5only.join(", ") + ": MQTT 5 only: set protocol_version: \"5\" (the broker must speak it), or remove them" },
+  if $e2e && this.envelope.or("") == "delivery" { "envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)" },
+  if $e2e && this.require_subscribers.or(false) { "require_subscribers applies to confirm: broker; with confirm: end_to_end only the receiver's ACK confirms a record" },
+  if $e2e && $retained != "false" { "retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again" },
+  if $outbox && $retained.contains("${!") { "retained: an interpolation needs outbox.enabled: false (the outbox stores no flag per record); use true or false" },
+  if $outbox && this.outbox.path.or("") == "" { "outbox.path is required while outbox.enabled is true (or set outbox.enabled: false for direct mode)" },
+  if !$e2e && (this.ack_auth_key.or("") != "" || !["[]", "null"].contains(this.ack_auth_keys.or([]).string())) { "ack_auth_key applies to confirm: end_to_end only (confirm: broker receives no ACKs)" },
+  if this.user_properties.or({}).keys().contains("event_id") { "user_properties: \"event_id\" is reserved for envelope: properties" },
+  if this.user_properties.or({}).keys().contains("destination_topic") { "user_properties: \"destination_topic\" is reserved for envelope: properties" },
+].filter(v -> v != null)
+`
 
 func init() {
 	err := service.RegisterBatchOutput("reliable_mqtt_out", outputSpec(),

@@ -49,8 +49,8 @@ func TestMQTT5FieldsAreRefusedAtStartWhereTheyCannotApply(t *testing.T) {
 		{[]string{"content_type", "text/plain"}, []string{"content_type", `protocol_version: "5"`}},
 		{[]string{"message_expiry", "1h"}, []string{"message_expiry", `protocol_version: "5"`}},
 		{[]string{"require_subscribers", "true"}, []string{"require_subscribers", `protocol_version: "5"`}},
-		{[]string{"user_properties", "{ event_id: x }"}, []string{`"event_id" is reserved`}},
-		{[]string{"message_expiry", "1.5s"}, []string{"whole seconds"}},
+		{[]string{"user_properties", "{ event_id: x }", "protocol_version", `"5"`}, []string{`"event_id" is reserved`}},
+		{[]string{"message_expiry", "1.5s", "protocol_version", `"5"`}, []string{"whole seconds"}},
 		{[]string{"require_subscribers", "true", "confirm", "end_to_end"}, []string{"require_subscribers applies to confirm: broker"}},
 	}
 	if err := startErr(t, outputConf(unreachable, filepath.Join(t.TempDir(), "control.db"))); err != nil {

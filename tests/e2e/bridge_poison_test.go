@@ -112,8 +112,9 @@ func TestBridgeDeadLettersPermanentFailuresAndKeepsForwarding(t *testing.T) {
 			harness.Eventually(t, 30*time.Second, "2 dead letters", func() bool { return r.deadLetters.Count() >= 2 })
 			var sawBig, sawText bool
 			for _, m := range r.deadLetters.Messages() {
-				sawBig = sawBig || len(m.Payload) > 2<<20
-				sawText = sawText || string(m.Payload) == "not json"
+				dl := parseDeadLetter(t, m.Payload)
+				sawBig = sawBig || (dl.EventID == "too-big" && len(dl.payload) > 2<<20)
+				sawText = sawText || string(dl.PayloadBase64) == "not json"
 			}
 			if !sawBig || !sawText {
 				t.Fatalf("dead letters: big %v, non-JSON %v; want both", sawBig, sawText)

@@ -176,6 +176,11 @@ func TestOutboxStatAndListThroughTheBinary(t *testing.T) {
 	if s.ClientID != id || !strings.Contains(text, id) {
 		t.Fatalf("stat shows client ID %q, the outbox's is %q", s.ClientID, id)
 	}
+	// The stored ID is a fallback; the line says so, since a process with
+	// client_id set connects under that name instead.
+	if !strings.Contains(text, "client id:  "+id+" (stored in the file; used only while the output's client_id is empty)") {
+		t.Fatalf("stat does not say when the stored client ID applies:\n%s", text)
+	}
 
 	list := strings.Split(strings.TrimSpace(mustCLI(t, "outbox", "list", path, "--after", "10", "--limit", "3")), "\n")
 	if len(list) != 4 {
@@ -674,5 +679,38 @@ func TestOutboxExportSkipsAndNamesADamagedRecord(t *testing.T) {
 	}
 	if r := inspectCLI(t, "outbox", "list", path, "--json"); r.code == 0 || !strings.Contains(r.stderr, "record seq 4") {
 		t.Fatalf("list --json over a damaged record: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// A SQL ledger named the way a bbolt one is (the README's form) is
+// recognised and the error says which flags read it: a SQLite file, a
+// PostgreSQL DSN, a table that is not the default.
+func TestLedgerCommandsPointAtTheSQLFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "consumer.db")
+	ctx := context.Background()
+	s, err := sqlledger.Open(ctx, sqlledger.Config{Driver: sqlledger.SQLite, DSN: path, Table: "ledger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Record(ctx, []sqlledger.Key{{Namespace: "sensor-1", ID: "ev-42"}}, [][]byte{{1}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ledger", "lookup", path, "--namespace", "sensor-1", "ev-42"}, "is a SQLite database, not a bbolt file. A dedup_ledger with sql (driver: sqlite) is read with: reliable-mqtt ledger lookup --driver sqlite --dsn " + path},
+		{[]string{"ledger", "stat", "--driver", "sqlite", "--dsn", path}, `--table names the ledger's sql.table; it is "dedup_ledger" now`},
+		{[]string{"ledger", "lookup", "postgres://u@127.0.0.1:1/db", "ev-42"}, "is a PostgreSQL DSN, not a bbolt FILE: use --driver postgres --dsn DSN"},
+	} {
+		r := inspectCLI(t, c.args...)
+		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, c.want) {
+			t.Errorf("reliable-mqtt %s: exit %d, want an error containing %q; got:\n%s%s", strings.Join(c.args, " "), r.code, c.want, r.stdout, r.stderr)
+		}
+	}
+	if out := mustCLI(t, "ledger", "lookup", "--driver", "sqlite", "--dsn", path, "--table", "ledger", "--namespace", "sensor-1", "ev-42"); !strings.Contains(out, "applied 20") {
+		t.Fatalf("lookup with the hinted flags:\n%s", out)
 	}
 }

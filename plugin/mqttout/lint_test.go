@@ -1,0 +1,55 @@
+package mqttout
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// Configurations the output refuses at start are refused by `lint` too,
+// with the same words, and a valid one is not.
+func TestLintRefusesWhatStartRefuses(t *testing.T) {
+	const base = "urls: [ \"tcp://127.0.0.1:1883\" ]\ntopic: t\n"
+	cases := map[string]struct{ conf, want string }{
+		"MQTT 5 fields on 3.1.1":              {base + "outbox: { path: ./o.db }\nuser_properties: { site: a }\ncontent_type: text/plain\n", "MQTT 5 only"},
+		"envelope properties on 3.1.1":        {base + "outbox: { path: ./o.db }\nenvelope: properties\n", "MQTT 5 only"},
+		"session expiry on 3.1.1":             {base + "outbox: { path: ./o.db }\nsession_expiry_interval: 1h\n", "MQTT 5 only"},
+		"require_subscribers with end_to_end": {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nconfirm: end_to_end\nrequire_subscribers: true\n", "require_subscribers applies to confirm: broker"},
+		"retained with end_to_end":            {base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nretained: true\n", "retained does not apply"},
+		"retained interpolated with outbox":   {base + "outbox: { path: ./o.db }\nretained: '${! meta(\"r\") }'\n", "retained: an interpolation needs outbox.enabled: false"},
+		"outbox without path":                 {base, "outbox.path is required"},
+		"delivery envelope with end_to_end":   {base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nenvelope: delivery\n", "envelope: delivery applies to confirm: broker"},
+		"ack_auth_key with confirm broker":    {base + "outbox: { path: ./o.db }\nack_auth_key: k\n", "ack_auth_key applies to confirm: end_to_end"},
+		"reserved user property":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nuser_properties: { event_id: x }\n", "reserved for envelope: properties"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			conf, err := outputSpec().ParseYAML(c.conf, nil)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if _, err := parseSettings(conf); err == nil {
+				t.Fatalf("parseSettings accepts it; the case is wrong:\n%s", c.conf)
+			}
+			lintErr := lintOutput(c.conf)
+			if lintErr == nil || !strings.Contains(lintErr.Error(), c.want) {
+				t.Fatalf("lint: %v; want an error containing %q", lintErr, c.want)
+			}
+		})
+	}
+	valid := base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nack_auth_keys: [ k1, k2 ]\n"
+	if err := lintOutput(valid); err != nil {
+		t.Fatalf("lint refuses a valid config: %v", err)
+	}
+	v5 := base + "outbox: { enabled: false }\nprotocol_version: \"5\"\nenvelope: properties\nuser_properties: { site: a }\nrequire_subscribers: true\nretained: '${! meta(\"r\") }'\n"
+	if err := lintOutput(v5); err != nil {
+		t.Fatalf("lint refuses a valid MQTT 5 config: %v", err)
+	}
+}
+
+// lintOutput lints a pipeline whose output is reliable_mqtt_out with conf.
+func lintOutput(conf string) error {
+	indented := "    " + strings.ReplaceAll(strings.TrimSuffix(conf, "\n"), "\n", "\n    ")
+	return service.NewStreamBuilder().SetYAML("input:\n  generate: { mapping: 'root = {}' }\noutput:\n  reliable_mqtt_out:\n" + indented + "\n")
+}
