@@ -275,13 +275,21 @@ type cycle struct {
 	After    time.Duration       // the cut came this long after the mark
 	Started  bool                // the mark was seen before the cut
 	BootTook time.Duration       // from qemu's start to "powerloss: start"
+	Seen     map[string]int64    // with a drive: each ack's drive.seen() when it was first seen
+}
+
+// drive replaces the plain disk: qemu's -blockdev/-device arguments, and
+// what to note when an acknowledgement is first seen (replay_test.go).
+type drive struct {
+	args []string
+	seen func() int64
 }
 
 // boot runs qemu on img with initrd and SIGKILLs it cut after the mark:
 // the scenario's start ("powerloss: start" on the console) when after is
 // "", else the first acknowledgement of path after. Each path's lines go
 // to a serial port of its own, a file here.
-func boot(t *testing.T, kernel, initrd, img string, n int, after string, cut time.Duration) cycle {
+func boot(t *testing.T, g guest, img string, n int, after string, cut time.Duration, d *drive) cycle {
 	t.Helper()
 	const limit = 3 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
@@ -294,9 +302,13 @@ func boot(t *testing.T, kernel, initrd, img string, n int, after string, cut tim
 	ackFile := filepath.Join(dir, "acks")
 	args = append(args, "-serial", "file:"+ackFile)
 	args = append(args,
-		"-kernel", kernel, "-initrd", initrd,
-		"-append", fmt.Sprintf("console=ttyS0 panic=-1 printk.time=1 rdinit=/init powerloss.cycle=%d", n),
-		"-drive", "file="+img+",format=raw,if=virtio,cache=writeback")
+		"-kernel", g.kernel, "-initrd", g.initrd,
+		"-append", fmt.Sprintf("console=ttyS0 quiet panic=-1 rdinit=/init powerloss.cycle=%d", n))
+	if d == nil {
+		args = append(args, "-drive", "file="+img+",format=raw,if=virtio,cache=writeback")
+	} else {
+		args = append(args, d.args...)
+	}
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -329,7 +341,21 @@ func boot(t *testing.T, kernel, initrd, img string, n int, after string, cut tim
 	}()
 	waited := make(chan error, 1)
 	go func() { <-readDone; waited <- cmd.Wait() }()
-	var c cycle
+	c := cycle{Seen: map[string]int64{}}
+	note := func() {
+		if d == nil {
+			return
+		}
+		b, _ := os.ReadFile(ackFile)
+		at := d.seen()
+		for _, ids := range acks(string(b)) {
+			for _, id := range ids {
+				if _, ok := c.Seen[id]; !ok {
+					c.Seen[id] = at
+				}
+			}
+		}
+	}
 	marked := func() (time.Time, bool) {
 		mu.Lock()
 		at := startedAt
@@ -345,23 +371,25 @@ func boot(t *testing.T, kernel, initrd, img string, n int, after string, cut tim
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var cutAt <-chan time.Time // armed once the mark is seen
+	var markAt time.Time
 wait:
 	for {
 		select {
 		case <-tick.C:
-			at, ok := marked()
-			if !ok {
+			note()
+			if cutAt != nil {
 				continue
 			}
-			c.Started = true
-			select {
-			case <-time.After(time.Until(at.Add(cut))):
-				c.After = time.Since(at)
-				_ = cmd.Process.Kill() // SIGKILL: the power cut
-				c.Killed = true
-				<-waited
-			case <-waited:
+			if at, ok := marked(); ok {
+				c.Started, markAt = true, at
+				cutAt = time.After(time.Until(at.Add(cut)))
 			}
+		case <-cutAt:
+			c.After = time.Since(markAt)
+			_ = cmd.Process.Kill() // SIGKILL: the power cut
+			c.Killed = true
+			<-waited
 			break wait
 		case <-waited:
 			break wait
@@ -370,6 +398,7 @@ wait:
 			break wait
 		}
 	}
+	note()
 	mu.Lock()
 	c.Serial = serial.String()
 	if !startedAt.IsZero() {
@@ -398,4 +427,3 @@ func extract(t *testing.T, img, dir, dst string) {
 	}
 	run(t, "", 2*time.Minute, "debugfs", "-R", fmt.Sprintf("rdump %s %s", dir, dst), img)
 }
-

@@ -178,10 +178,12 @@ output:
 // own (ttyS1, a file on the host), each line in one write (the line ends
 // in the message itself, codec all-bytes), so lines of two processes never
 // interleave; logs go to the console (ttyS0).
-const scenario = `
-for x in a b c d; do reliable-mqtt -c /cfg/$x.yaml >/dev/ttyS1 2>/dev/console & done
+func scenario(procs string) string {
+	return `
+for x in ` + procs + `; do reliable-mqtt -c /cfg/$x.yaml >/dev/ttyS1 2>/dev/console & done
 wait
 `
+}
 
 // paths name the scenario's paths.
 var paths = []string{"A", "B", "C", "D"}
@@ -206,7 +208,9 @@ type guest struct {
 	kernel, initrd string
 }
 
-func newGuest(t *testing.T, tags string) guest {
+// newGuest builds the initramfs of the binary built with tags, running the
+// processes procs ("a b c d": the configs' names) at once.
+func newGuest(t *testing.T, tags, procs string) guest {
 	t.Helper()
 	for _, tool := range []string{"qemu-system-x86_64", "e2fsck", "debugfs", "mkfs.ext4", "apt-get", "dpkg-deb"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -215,7 +219,7 @@ func newGuest(t *testing.T, tags string) guest {
 	}
 	kernel, modules, busybox := debs(t)
 	bin := staticBinary(t, tags)
-	files := map[string][]byte{"init": initScript(scenario)}
+	files := map[string][]byte{"init": initScript(scenario(procs))}
 	for n, c := range configs {
 		files[n] = []byte(c)
 	}
@@ -415,7 +419,7 @@ func check(t *testing.T, dir string, acked map[string][]string) (missing map[str
 // boot so far.
 func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 	rng := testRand(t, 1)
-	g := newGuest(t, "")
+	g := newGuest(t, "", "a b c d")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	disk(t, img, 128)
 	n := cuts(t, 20)
@@ -432,7 +436,7 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			mark, cut = "", time.Duration(rng.Int64N(int64(8*time.Second)))
 		}
-		c := boot(t, g.kernel, g.initrd, img, i, mark, cut)
+		c := boot(t, g, img, i, mark, cut, nil)
 		if !c.Started || !c.Killed {
 			t.Fatalf("cycle %d: the guest did not run its scenario until the cut (started %v, killed %v):\n%s", i, c.Started, c.Killed, tail(c.Serial))
 		}
@@ -482,7 +486,7 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 // records, or the suite could not see a loss.
 func TestNoSyncControlLosesAcknowledgedRecords(t *testing.T) {
 	rng := testRand(t, 2)
-	g := newGuest(t, "powerloss_nosync")
+	g := newGuest(t, "powerloss_nosync", "a b d")
 	n := cuts(t, 5)
 	if n > 5 {
 		n = 5
@@ -493,7 +497,7 @@ func TestNoSyncControlLosesAcknowledgedRecords(t *testing.T) {
 		disk(t, img, 128)
 		// After the first outbox acknowledgement, so there is a promise to break.
 		cut := time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))
-		c := boot(t, g.kernel, g.initrd, img, i, "A", cut)
+		c := boot(t, g, img, i, "A", cut, nil)
 		if !c.Started || !c.Killed {
 			t.Fatalf("control cycle %d: no outbox acknowledgement before the cut (started %v, killed %v):\n%s", i, c.Started, c.Killed, tail(c.Serial))
 		}
