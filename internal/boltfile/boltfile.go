@@ -12,6 +12,12 @@
 // database, or not a bolt database at all — is refused, and is never
 // written, truncated or repaired.
 //
+// Invariant: a file at a configured path always holds its owner's buckets.
+// A new file is written whole under a temporary name (create.go) and only
+// then renamed into place, so a file there that is empty, or holds no bucket
+// besides the marker, is not new: its data is gone. It is refused as
+// damaged, never taken for a fresh file.
+//
 // Damage is looked for at open, before bbolt writes anything: both meta
 // pages are read (a damaged newest one means bbolt silently opens the
 // previous commit), and with Options.Verify every page the file references
@@ -86,6 +92,10 @@ type Options struct {
 	// be), i.e. a file that may have silently lost its last commit. Without
 	// it Acquire refuses such a file. MetaDamage reports what was found.
 	AcceptRollback bool
+	// Create initialises a new file's buckets, in the transaction that
+	// writes the format marker, before the file appears at its path. It
+	// runs only when no file exists at the path.
+	Create func(tx *bolt.Tx) error
 }
 
 // registry holds the process's open files by absolute path.
@@ -93,7 +103,8 @@ var registry reg.Registry[*sharedDB]
 
 // Acquire opens the bbolt file at path, or joins it if this process already
 // has it open. The parent directory must exist. The file is created if it is
-// missing or empty, and refused if it is not a reliable-mqtt database.
+// missing, and refused if it is not a reliable-mqtt database or holds none
+// of its data (an empty file, or one with no buckets besides the marker).
 func Acquire(path string) (*File, error) { return AcquireWith(path, Options{}) }
 
 // AcquireWith is Acquire with checks chosen by opts.
@@ -201,36 +212,35 @@ func identity(path string) (string, error) {
 	return key, nil
 }
 
-// open opens path read-write after checking, without writing, that an
-// existing file is ours and intact.
+// open opens path read-write after checking, without writing, that the
+// file is ours and intact; a missing file is created first (create.go).
 func open(path string, opts Options) (*sharedDB, error) {
 	st, err := os.Stat(path)
-	exists := err == nil
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) {
+		if err = create(path, opts.Create); err == nil {
+			st, err = os.Stat(path)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("bbolt file %s: %w", path, err)
 	}
 	s := &sharedDB{path: path}
-	// A non-empty file is inspected read-only first: bbolt writes to a file
-	// it opens read-write (freelist sync), and a refused file must stay
+	// The file is inspected read-only first: bbolt writes to a file it
+	// opens read-write (freelist sync), and a refused file must stay
 	// byte-for-byte unchanged.
-	if exists && st.Size() > 0 {
-		if err := inspect(s, st.Size(), opts); err != nil {
-			return nil, err
-		}
+	if err := inspect(s, st.Size(), opts); err != nil {
+		return nil, err
 	}
 	err = guard(path, func() error {
 		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
 		if err != nil {
 			return openError(path, err)
 		}
+		db.NoSync = noSync
 		s.db = db
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if err := ensureMarker(s.db, path); err != nil {
-		_ = s.db.Close()
 		return nil, err
 	}
 	if s.meta == nil { // a damaged file is kept as it is, for inspection
@@ -245,6 +255,9 @@ func open(path string, opts Options) (*sharedDB, error) {
 // reliable-mqtt database: both meta pages, the high-water mark, the marker
 // and, if opts ask for it, every page.
 func inspect(s *sharedDB, size int64, opts Options) error {
+	if size == 0 {
+		return emptyFile(s.path)
+	}
 	m0, m1, err := checkMetas(s.path, size)
 	if err != nil {
 		return err
@@ -326,41 +339,16 @@ func checkSize(path string, size, pageSize int64) error {
 	return nil
 }
 
-// ensureMarker writes the format marker into a new, empty database and
-// checks it on any other.
-func ensureMarker(db *bolt.DB, path string) error {
-	// Look before writing: a file that already has its marker is not
-	// written at open (it may sit on a full disk).
-	hasMarker := false
-	if err := db.View(func(tx *bolt.Tx) error {
-		hasMarker = tx.Bucket([]byte(MarkerBucket)) != nil
-		return checkMarker(tx, path)
-	}); err != nil {
-		return err
-	}
-	if hasMarker {
-		return nil
-	}
-	return db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte(MarkerBucket)) == nil && len(bucketNames(tx)) == 0 {
-			b, err := tx.CreateBucket([]byte(MarkerBucket))
-			if err != nil {
-				return fmt.Errorf("bbolt file %s: writing format marker: %w", path, err)
-			}
-			return b.Put([]byte(MarkerKey), []byte(FormatV1))
-		}
-		// Returning an error rolls back: nothing is written to a refused file.
-		return checkMarker(tx, path)
-	})
-}
-
-// checkMarker accepts only a database whose marker says FormatV1.
+// checkMarker accepts only a database whose marker says FormatV1 and that
+// holds at least one bucket besides it.
 func checkMarker(tx *bolt.Tx, path string) error {
 	b := tx.Bucket([]byte(MarkerBucket))
+	names := bucketNames(tx)
 	if b == nil {
-		names := bucketNames(tx)
 		if len(names) == 0 {
-			return nil // empty database: the read-write open adds the marker
+			// bbolt initialised the file and nothing was ever committed
+			// to it: not a file reliable-mqtt created (create.go).
+			return &DamagedError{Path: path, Cause: "it holds no buckets at all: bbolt initialised it, but reliable-mqtt's data is not in it (reliable-mqtt creates a file whole, with its buckets, so whatever was here is lost)"}
 		}
 		return fmt.Errorf("bbolt file %s: %w: it has buckets [%s] and no format marker; refusing to touch it", path, ErrNotOurs, strings.Join(names, " "))
 	}
@@ -375,7 +363,16 @@ func checkMarker(tx *bolt.Tx, path string) error {
 		}
 		return fmt.Errorf("bbolt file %s: %w: format marker is %q, this build understands %q; refusing to touch it", path, ErrNotOurs, shown, FormatV1)
 	}
+	if len(names) == 1 {
+		return &DamagedError{Path: path, Cause: "it holds the format marker and no outbox or ledger buckets (reliable-mqtt creates a file whole, with its buckets, so they are lost)"}
+	}
 	return nil
+}
+
+// emptyFile refuses a 0-byte file at a configured path: reliable-mqtt never
+// leaves one there (create.go), so its content was lost.
+func emptyFile(path string) error {
+	return &DamagedError{Path: path, Cause: "it is empty (0 bytes): reliable-mqtt creates a file whole, with its buckets, so whatever was here is lost; if nothing was, delete the file"}
 }
 
 // bucketNames lists up to 20 top-level bucket names, in key order.

@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 )
 
 // childHoldEnv makes the test binary act as another process that holds a file.
@@ -24,7 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(compactChild(path))
 	}
 	if path := os.Getenv(childHoldEnv); path != "" {
-		f, err := Acquire(path)
+		f, err := acquireT(path)
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
@@ -41,7 +44,7 @@ func TestMain(m *testing.M) {
 func TestNewFileGetsMarkerAndAbsolutePath(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
-	f, err := Acquire("new.db")
+	f, err := acquireT("new.db")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,23 +69,119 @@ func TestNewFileGetsMarkerAndAbsolutePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reopening a file with the marker works.
-	f, err = Acquire(filepath.Join(dir, "new.db"))
+	f, err = acquireT(filepath.Join(dir, "new.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Release()
 }
 
-func TestEmptyFileIsInitialised(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "empty.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+// acquireT acquires path the way the outbox and ledger do: a new file is
+// created with a bucket of its owner.
+func acquireT(path string) (*File, error) {
+	return AcquireWith(path, Options{Create: func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("owner"))
+		return err
+	}})
+}
+
+// TestNewFileHoldsItsBucketsAndNoLeftover: the owner's buckets are in the
+// file from its first appearance at the path, and the temporary name is gone.
+func TestNewFileHoldsItsBucketsAndNoLeftover(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	// A leftover of a creation cut short is replaced, not reused.
+	writeFile(t, newPath(path), []byte("half-written"))
+	f, err := acquireT(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Acquire(path)
+	if err := f.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("owner")) == nil || tx.Bucket([]byte(MarkerBucket)) == nil {
+			return fmt.Errorf("buckets %v, want the marker and the owner's", bucketNames(tx))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(newPath(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary file left behind: %v", err)
+	}
+}
+
+// TestCreationKilledBeforeTheRenameLeavesNoFile: a process killed after
+// writing the new file under its temporary name leaves nothing at the path,
+// and the next start creates the file whole.
+func TestCreationKilledBeforeTheRenameLeavesNoFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childHoldEnv+"="+path, failpoint.EnvVar+"="+failpoint.CreateWritten)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: %v (want SIGKILL), output %q", err, out)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file is at the path after a kill before the rename: %v", err)
+	}
+	if _, err := os.Stat(newPath(path)); err != nil {
+		t.Fatalf("the temporary file should be left by the kill: %v", err)
+	}
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Release()
+	if _, err := os.Stat(newPath(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("leftover not removed: %v", err)
+	}
+}
+
+// TestFilesWithoutOurDataAreRefusedAsDamaged: an empty file, a file bbolt
+// initialised and nothing committed to, and one with only the marker are
+// what a power cut on a disk that ignores flushes leaves of a full file:
+// refused as damaged, untouched, never taken for a new one.
+func TestFilesWithoutOurDataAreRefusedAsDamaged(t *testing.T) {
+	cases := map[string]func(path string){
+		"empty":       func(path string) { writeFile(t, path, nil) },
+		"no buckets":  func(path string) { writeBolt(t, path, func(*bolt.Tx) error { return nil }) },
+		"marker only": func(path string) { writeBolt(t, path, func(tx *bolt.Tx) error { return writeMarker(tx) }) },
+	}
+	for name, make := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f.db")
+			make(path)
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = acquireT(path)
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file aside") {
+				t.Fatalf("err = %v, want a damaged-file refusal naming %s", err, path)
+			}
+			db, err := OpenReadOnly(path, time.Second)
+			if err == nil {
+				_ = db.Close()
+			}
+			if !errors.Is(err, ErrDamaged) {
+				t.Fatalf("OpenReadOnly: %v, want ErrDamaged", err)
+			}
+			after, _ := os.ReadFile(path)
+			if !bytes.Equal(before, after) {
+				t.Fatal("a refused file was changed")
+			}
+		})
+	}
+}
+
+func writeMarker(tx *bolt.Tx) error {
+	b, err := tx.CreateBucket([]byte(MarkerBucket))
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(MarkerKey), []byte(FormatV1))
 }
 
 func TestSharedHandleIsReferenceCounted(t *testing.T) {
@@ -91,13 +190,13 @@ func TestSharedHandleIsReferenceCounted(t *testing.T) {
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Acquire(filepath.Join(dir, "x.db"))
+	a, err := acquireT(filepath.Join(dir, "x.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another spelling of the same file, through a symlinked directory and
 	// an unclean path, joins the same database instead of deadlocking.
-	b, err := Acquire(link + "/./sub/../x.db")
+	b, err := acquireT(link + "/./sub/../x.db")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +227,7 @@ func TestSharedHandleIsReferenceCounted(t *testing.T) {
 
 func TestMissingDirectoryIsAnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope", "x.db")
-	_, err := Acquire(path)
+	_, err := acquireT(path)
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("err = %v, want a 'does not exist' error", err)
 	}
@@ -239,7 +338,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := Acquire(path)
+			f, err := acquireT(path)
 			if err == nil {
 				_ = f.Release()
 				t.Fatal("Acquire accepted the file")
@@ -262,7 +361,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 			}
 			// A refused file leaves nothing registered or locked: a second
 			// attempt gives the same answer rather than "locked".
-			if _, err2 := Acquire(path); err2 == nil || errors.Is(err2, ErrLocked) {
+			if _, err2 := acquireT(path); err2 == nil || errors.Is(err2, ErrLocked) {
 				t.Errorf("second attempt: %v", err2)
 			}
 		})
@@ -303,7 +402,7 @@ func TestFileLockedByAnotherProcess(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		f, err := Acquire(path)
+		f, err := acquireT(path)
 		if err == nil {
 			_ = f.Release()
 		}
@@ -324,7 +423,7 @@ func TestFileLockedByAnotherProcess(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +448,7 @@ func writeBolt(t *testing.T, path string, fn func(*bolt.Tx) error) {
 // its metadata says it uses.
 func makeOurs(t *testing.T, path string) int64 {
 	t.Helper()
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}

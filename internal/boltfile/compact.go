@@ -62,7 +62,7 @@ func compactIfSparse(db *bolt.DB, path string, skipped *error) (out *bolt.DB, co
 		return reopen(path, false)
 	}
 	failpoint.Hit(failpoint.CompactRenamed)
-	if err := syncPath(filepath.Dir(path)); err != nil {
+	if err := syncDir(filepath.Dir(path)); err != nil {
 		return reopen(path, true)
 	}
 	failpoint.Hit(failpoint.CompactDone)
@@ -74,6 +74,7 @@ func reopen(path string, compacted bool) (*bolt.DB, bool, error) {
 	if err != nil {
 		return nil, compacted, openError(path, err)
 	}
+	db.NoSync = noSync
 	return db, compacted, nil
 }
 
@@ -95,6 +96,7 @@ func copyCompacted(src *bolt.DB, path string) error {
 	if err != nil {
 		return err
 	}
+	dst.NoSync = noSync
 	err = guard(path, func() error { return bolt.Compact(dst, src, compactTxMaxSize) })
 	if cerr := dst.Close(); err == nil {
 		err = cerr
@@ -102,7 +104,7 @@ func copyCompacted(src *bolt.DB, path string) error {
 	if err != nil {
 		return fmt.Errorf("compacting %s: %w", path, err)
 	}
-	return syncPath(compactPath(path))
+	return syncFile(compactPath(path))
 }
 
 // syncPath fsyncs a file or a directory.

@@ -25,7 +25,7 @@ const testCompactMinFree = 1 << 20
 
 func compactChild(path string) int {
 	compactMinFree = testCompactMinFree
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -43,7 +43,7 @@ func compactChild(path string) int {
 // 90% of the records, and returns its size.
 func makeSparse(t *testing.T, path string) int64 {
 	t.Helper()
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func snapshot(t *testing.T, f *File) string {
 func TestFileBelowTheFreeThresholdIsNotCompacted(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "out.db")
 	size := makeSparse(t, path) // about 6 MiB free, below the default 16 MiB
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestCompactionSurvivesSIGKILLAtEveryStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Acquire(src)
+	f, err := acquireT(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestCompactionSurvivesSIGKILLAtEveryStep(t *testing.T) {
 					t.Fatalf("child at %s: %v (want SIGKILL), output %q", point, err, out)
 				}
 			}
-			f, err := Acquire(path)
+			f, err := acquireT(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +244,7 @@ func runCompactChild(t *testing.T, path, point string) (string, error) {
 func TestFailedCompactionKeepsTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "out.db")
 	size := makeSparse(t, path)
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestFailedCompactionKeepsTheFile(t *testing.T) {
 	}
 	defer func(v int64) { compactMinFree = v }(compactMinFree)
 	compactMinFree = testCompactMinFree
-	f, err = Acquire(path)
+	f, err = acquireT(path)
 	if err != nil {
 		t.Fatalf("open with a failing compaction: %v", err)
 	}

@@ -19,7 +19,7 @@ func TestForeignFileShorterThanTwoPagesIsClassifiedAsForeign(t *testing.T) {
 	buf := make([]byte, 7500)
 	_, _ = rand.Read(buf)
 	writeFile(t, path, buf)
-	_, err := Acquire(path)
+	_, err := acquireT(path)
 	if err == nil || !strings.Contains(err.Error(), "not a usable bbolt database") || !strings.Contains(err.Error(), path) ||
 		strings.Contains(err.Error(), "file size too small") {
 		t.Fatalf("err = %v, want the foreign-file refusal naming %s", err, path)
@@ -66,7 +66,7 @@ func flipAt(t *testing.T, path string, off int64) {
 // writeCommits writes one key per commit into bucket "data".
 func writeCommits(t *testing.T, path string, keys ...string) {
 	t.Helper()
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestDamagedNewestMetaPageIsARollbackRefusedUnlessAccepted(t *testing.T) {
 	flipAt(t, path, offs[newest]+pageHeaderLen+metaSumOff)
 	before, _ := os.ReadFile(path)
 
-	_, err := Acquire(path)
+	_, err := acquireT(path)
 	if err == nil || !strings.Contains(err.Error(), "1 commit behind") || !strings.Contains(err.Error(), "accept_rollback") ||
 		!strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v, want a refusal saying the file is 1 commit behind", err)
@@ -126,7 +126,7 @@ func TestDamagedNewestMetaPageIsARollbackRefusedUnlessAccepted(t *testing.T) {
 		t.Fatal("expected the file to be rolled back to before the last commit")
 	}
 	// A joiner that does not accept the rollback is refused too.
-	if _, err := Acquire(path); err == nil {
+	if _, err := acquireT(path); err == nil {
 		t.Fatal("a second Acquire without AcceptRollback joined a rolled-back file")
 	}
 	// The next commit rewrites the damaged page: the flag is needed once.
@@ -134,7 +134,7 @@ func TestDamagedNewestMetaPageIsARollbackRefusedUnlessAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Release()
-	f, err = Acquire(path)
+	f, err = acquireT(path)
 	if err != nil {
 		t.Fatalf("after one commit the file still needs AcceptRollback: %v", err)
 	}
@@ -149,7 +149,7 @@ func TestDamagedOlderMetaPageLosesNothing(t *testing.T) {
 	writeCommits(t, path, "first", "last")
 	offs, newest := metaOffsets(t, path)
 	flipAt(t, path, offs[1-newest]+pageHeaderLen+metaSumOff)
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestUnreadableTxidOfADamagedMetaPageCountsAsRollback(t *testing.T) {
 	writeCommits(t, path, "first", "last")
 	offs, newest := metaOffsets(t, path)
 	flipAt(t, path, offs[newest]+pageHeaderLen+metaTxidOff+7)
-	_, err := Acquire(path)
+	_, err := acquireT(path)
 	if err == nil || !strings.Contains(err.Error(), "may be 1 commit behind") {
 		t.Fatalf("err = %v, want 'may be 1 commit behind'", err)
 	}
@@ -229,7 +229,7 @@ func resetRegistry(t *testing.T) {
 
 func TestPanicInsideBboltBecomesAStickyRefusal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.db")
-	f, err := Acquire(path)
+	f, err := acquireT(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,18 @@ import (
 // what Acquire refuses — a foreign, damaged or truncated file — without
 // writing a byte. The caller closes the database.
 func OpenReadOnly(path string, timeout time.Duration) (*bolt.DB, error) {
+	return openReadOnly(path, timeout, func(*bolt.Tx) error { return nil })
+}
+
+// OpenReadOnlyVerified is OpenReadOnly that also verifies the file's
+// structure first, as Acquire does with VerifyAlways: every page the file
+// references is read and bbolt's consistency check runs. Damage is a
+// *DamagedError.
+func OpenReadOnlyVerified(path string, timeout time.Duration) (*bolt.DB, error) {
+	return openReadOnly(path, timeout, func(tx *bolt.Tx) error { return verify(tx, path) })
+}
+
+func openReadOnly(path string, timeout time.Duration, more func(*bolt.Tx) error) (*bolt.DB, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -26,12 +38,12 @@ func OpenReadOnly(path string, timeout time.Duration) (*bolt.DB, error) {
 		return nil, fmt.Errorf("bbolt file %s is a directory", path)
 	}
 	if st.Size() == 0 {
-		return nil, fmt.Errorf("bbolt file %s is empty: no process has written to it yet", path)
+		return nil, emptyFile(path)
 	}
 	if _, _, err := checkMetas(path, st.Size()); err != nil {
 		return nil, err
 	}
-	return openChecked(path, st.Size(), timeout, func(*bolt.Tx) error { return nil })
+	return openChecked(path, st.Size(), timeout, more)
 }
 
 // Guard runs fn, which reads a database opened with OpenReadOnly, and

@@ -37,6 +37,9 @@ const (
 	// CompactRenamed: the copy has replaced the original, the directory is
 	// not yet fsync'd.
 	CompactRenamed = "compact-renamed"
+	// CreateWritten: boltfile wrote and fsync'd a new file under its
+	// temporary name, it is not yet renamed into place.
+	CreateWritten = "create-written"
 	// CompactDone: the directory is fsync'd, the file is not yet reopened.
 	CompactDone = "compact-done"
 )

@@ -100,7 +100,17 @@ func interspersed(cmd *cli.Command) *cli.Command {
 // view runs fn in a read-only transaction on the file at path. live names
 // the metrics a running process exports, for the "locked" message.
 func view(path, live string, fn func(tx *bolt.Tx) error) (err error) {
-	db, err := boltfile.OpenReadOnly(path, lockTimeout)
+	return viewWith(boltfile.OpenReadOnly, path, live, fn)
+}
+
+// viewVerified is view after verifying the file's structure (every page
+// read, bbolt's consistency check): a damaged file is an error.
+func viewVerified(path, live string, fn func(tx *bolt.Tx) error) (err error) {
+	return viewWith(boltfile.OpenReadOnlyVerified, path, live, fn)
+}
+
+func viewWith(open func(string, time.Duration) (*bolt.DB, error), path, live string, fn func(tx *bolt.Tx) error) (err error) {
+	db, err := open(path, lockTimeout)
 	if err != nil {
 		if errors.Is(err, boltfile.ErrLocked) {
 			return fmt.Errorf("%s is locked by another process (a running reliable-mqtt?) and cannot be read while it runs: stop that process to inspect the file, or read its live state from its metrics (%s at /metrics with `metrics: prometheus: {}`)", path, live)

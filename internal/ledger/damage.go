@@ -40,27 +40,34 @@ func (l *Ledger) upgradeEntries() error {
 // that forgot a key applies its event again.
 func (l *Ledger) verifyEntries() error {
 	return l.file.View(func(tx *bolt.Tx) error {
-		var n, bad uint64
-		var first string
-		err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			n++
-			if _, _, err := decodeValue(k, v); err != nil {
-				if bad == 0 {
-					first = fmt.Sprintf("entry %x: %v", k, err)
-				}
-				bad++
+		_, err := check(tx, l.path)
+		return err
+	})
+}
+
+// check reads every entry in tx: each must pass its checksum, and there
+// must be at least as many as the counter says. It returns the count.
+func check(tx *bolt.Tx, path string) (uint64, error) {
+	var n, bad uint64
+	var first string
+	err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
+		n++
+		if _, _, err := decodeValue(k, v); err != nil {
+			if bad == 0 {
+				first = fmt.Sprintf("entry %x: %v", k, err)
 			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if bad > 0 {
-			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("%d dedup ledger entries fail their checksum, the first %s", bad, first)}
-		}
-		if want := boltfile.Uint64(tx.Bucket(bucketMeta), keyCount); n < want {
-			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("its counter says %d dedup ledger keys are applied but %d are in the file: keys were lost to damage, and their events would be applied again", want, n)}
+			bad++
 		}
 		return nil
 	})
+	if err != nil {
+		return n, err
+	}
+	if bad > 0 {
+		return n, &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("%d dedup ledger entries fail their checksum, the first %s", bad, first)}
+	}
+	if want := boltfile.Uint64(tx.Bucket(bucketMeta), keyCount); n < want {
+		return n, &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("its counter says %d dedup ledger keys are applied but %d are in the file: keys were lost to damage, and their events would be applied again", want, n)}
+	}
+	return n, nil
 }

@@ -102,7 +102,7 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
 	n := upgradeBatch + 3
 	// The layout written before checksums: version 1, 41 bytes, no mark.
-	f, err := boltfile.Acquire(path)
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func damageNewestMeta(t *testing.T, path string) {
 
 func TestUnreadableEntryStopsTheUpgrade(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
-	f, err := boltfile.Acquire(path)
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,5 +207,36 @@ func TestUnreadableEntryStopsTheUpgrade(t *testing.T) {
 	_, err = Open(path, Options{})
 	if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), "adding checksums") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// otherComponent creates a file the way another component sharing it (an
+// outbox) would, with a bucket of its own.
+func otherComponent(tx *bolt.Tx) error {
+	_, err := tx.CreateBucket([]byte("other"))
+	return err
+}
+
+// TestLedgerWithPartOfItsBucketsIsRefused: the three buckets are created
+// together, so a file holding some of them lost the rest to damage; it is
+// refused naming the file, never completed with empty buckets (which would
+// apply every event again).
+func TestLedgerWithPartOfItsBucketsIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l := openT(t, path, Options{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketKeys) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	_, err = Open(path, Options{})
+	if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open: %v, want a damaged-file refusal naming %s", err, path)
 	}
 }

@@ -86,3 +86,14 @@ func lookupIn(tx *bolt.Tx, path string, key Key, damaged func(error) error) (Ent
 	}
 	return Entry{Applied: true, At: at, Hash: hash}, nil
 }
+
+// Check verifies the ledger in tx as a start with verify_on_start would:
+// its buckets are there, every entry passes its checksum, and there are at
+// least as many as its counter says. It returns the number of entries
+// checked, or a *boltfile.DamagedError.
+func Check(tx *bolt.Tx, path string) (uint64, error) {
+	if _, _, _, err := ledgerBuckets(tx, path); err != nil {
+		return 0, err
+	}
+	return check(tx, path)
+}

@@ -139,7 +139,10 @@ func Open(path string, opts Options) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger file %s: retention and batch sizes must not be negative", path)
 	}
 	opts.defaults()
-	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: opts.AcceptRollback})
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: opts.AcceptRollback, Create: func(tx *bolt.Tx) error {
+		_, err := createBuckets(tx)
+		return err
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("opening dedup ledger: %w", err)
 	}
@@ -179,13 +182,15 @@ func open(f *boltfile.File, opts Options) (*Ledger, error) {
 	return l, nil
 }
 
-// load creates the buckets if missing, upgrades entries written before
-// checksums, verifies every entry if the file was verified, and reads the
-// key count.
+// load creates the buckets only in a file that has none of them (a new
+// file is created with them; this is a ledger added to an outbox's file),
+// upgrades entries written before checksums, verifies every entry if the
+// file was verified, and reads the key count.
 func (l *Ledger) load() error {
-	ready, checksummed := false, false
+	ready, checksummed, some := false, false, false
 	err := l.file.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
+		some = meta != nil || tx.Bucket(bucketKeys) != nil || tx.Bucket(bucketTime) != nil
 		if tx.Bucket(bucketKeys) == nil || tx.Bucket(bucketTime) == nil || meta == nil {
 			return nil
 		}
@@ -195,25 +200,14 @@ func (l *Ledger) load() error {
 	if err != nil {
 		return fmt.Errorf("opening dedup ledger file %s: %w", l.path, err)
 	}
+	if !ready && some {
+		// The three buckets are created in one transaction.
+		return fmt.Errorf("opening dedup ledger file %s: %w", l.path, &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("it holds only part of a dedup ledger (buckets %q, %q and %q are created together): the rest was lost to damage", bucketKeys, bucketTime, bucketMeta)})
+	}
 	if !ready {
-		err = l.file.Update(func(tx *bolt.Tx) error {
-			keys, err := tx.CreateBucketIfNotExists(bucketKeys)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.CreateBucketIfNotExists(bucketTime); err != nil {
-				return err
-			}
-			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-			if err != nil {
-				return err
-			}
-			if keys.Stats().KeyN == 0 {
-				checksummed = true
-				return meta.Put(keyChecksums, []byte{1})
-			}
-			checksummed = meta.Get(keyChecksums) != nil
-			return nil
+		err = l.file.Update(func(tx *bolt.Tx) (err error) {
+			checksummed, err = createBuckets(tx)
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("creating dedup ledger buckets in %s: %w", l.path, err)
@@ -233,6 +227,25 @@ func (l *Ledger) load() error {
 		l.keys.Store(int64(boltfile.Uint64(tx.Bucket(bucketMeta), keyCount)))
 		return nil
 	})
+}
+
+// createBuckets makes a new ledger's buckets, marked as checksummed.
+func createBuckets(tx *bolt.Tx) (checksummed bool, err error) {
+	keys, err := tx.CreateBucketIfNotExists(bucketKeys)
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketTime); err != nil {
+		return false, err
+	}
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return false, err
+	}
+	if keys.Stats().KeyN == 0 {
+		return true, meta.Put(keyChecksums, []byte{1})
+	}
+	return meta.Get(keyChecksums) != nil, nil
 }
 
 // Path returns the ledger file's absolute path: the identity a transaction

@@ -141,7 +141,7 @@ func encodeRecordV1(r *Record) []byte {
 // without checksums and no "checksums" mark.
 func writeV1Outbox(t *testing.T, path string, n int) {
 	t.Helper()
-	f, err := boltfile.Acquire(path)
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestVerifiedOpenRefusesAnOutboxThatLostRecords(t *testing.T) {
 func TestUnreadableRecordOfAnOldOutboxIsMovedAsideByTheUpgrade(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
 	writeV1Outbox(t, path, 3)
-	f, err := boltfile.Acquire(path)
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +336,73 @@ func TestAKeyDamagedToSortBeforeTheReaderIsRefused(t *testing.T) {
 		}
 	}
 	t.Fatal("the drain did not end")
+}
+
+// otherComponent creates a file the way another component sharing it (a
+// dedup ledger) would, with a bucket of its own.
+func otherComponent(tx *bolt.Tx) error {
+	_, err := tx.CreateBucket([]byte("other"))
+	return err
+}
+
+// TestOutboxWhoseDataIsGoneIsRefused: what a cut on a disk that ignores
+// flushes can leave where a full outbox was — the records gone under a
+// counter that says otherwise, or part of the buckets — is refused at open
+// with the damaged-file message naming the file, never started afresh.
+func TestOutboxWhoseDataIsGoneIsRefused(t *testing.T) {
+	cases := map[string]func(tx *bolt.Tx) error{
+		"records gone, counter kept": func(tx *bolt.Tx) error {
+			if err := tx.DeleteBucket(bucketRecords); err != nil {
+				return err
+			}
+			_, err := tx.CreateBucket(bucketRecords)
+			return err
+		},
+		"records bucket gone": func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketRecords) },
+		"meta bucket gone":    func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketMeta) },
+	}
+	for name, damage := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.db")
+			o, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendT(t, o, "e1", "t", "p")
+			appendT(t, o, "e2", "t", "p")
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(damage); err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+			_, err = Open(path, Options{Verify: boltfile.VerifyNever})
+			if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Open: %v, want a damaged-file refusal naming %s", err, path)
+			}
+		})
+	}
+}
+
+// TestOutboxAddedToALedgerFile: a file another component created holds no
+// outbox yet; Open adds one (the shared-file case, not damage).
+func TestOutboxAddedToALedgerFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	o := openT(t, path, Options{})
+	appendT(t, o, "e1", "t", "p")
+	if n := len(readAll(t, o)); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
 }

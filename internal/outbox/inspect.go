@@ -98,3 +98,34 @@ func SeqOf(tx *bolt.Tx, path, eventID string) (uint64, bool, error) {
 	seq := seqFromKey(tx.Bucket(bucketIDs).Get([]byte(eventID)))
 	return seq, seq != 0, nil
 }
+
+// Check verifies the outbox in tx as a start with verify_on_start would,
+// and more: its buckets are all there, its keys are in order and at least
+// as many as its counter says, and every record passes its checksum. It
+// returns the number of records checked, or a *boltfile.DamagedError.
+func Check(tx *bolt.Tx, path string) (int, error) {
+	records, meta, err := buckets(tx, path)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkKeys(path, records, meta); err != nil {
+		return 0, err
+	}
+	legacy := meta.Get(keyChecksums) == nil
+	n, bad := 0, 0
+	var first string
+	c := records.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		n++
+		if _, err := decodeRecord(k, v, legacy); err != nil {
+			if bad == 0 {
+				first = fmt.Sprintf("seq %d: %v", seqFromKey(k), err)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		return n, &boltfile.DamagedError{Path: path, Cause: fmt.Sprintf("%d of %d outbox records fail their check, the first %s (a start moves them to outbox/damaged and never publishes them)", bad, n, first)}
+	}
+	return n, nil
+}

@@ -148,7 +148,10 @@ func Open(path string, opts Options) (*Outbox, error) {
 	// A rolled-back outbox is opened and reported (MetaDamage), not
 	// refused: at worst it resends confirmed records, or misses the last
 	// group appended, and refusing would stop the records it does hold.
-	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: true})
+	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: true, Create: func(tx *bolt.Tx) error {
+		_, err := createBuckets(tx)
+		return err
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("opening outbox: %w", err)
 	}
@@ -182,15 +185,24 @@ func Open(path string, opts Options) (*Outbox, error) {
 }
 
 // load reads the counters and client ID, creating the buckets and the ID
-// only if they are missing (an existing outbox is not written at open, so it
-// can be opened and drained on a full disk — except once, to add checksums
-// to the records of a file written before they existed).
+// only in a file that has none of them (a new file is created with them;
+// this is an outbox added to a ledger's file). An existing outbox is not
+// written at open, so it can be opened and drained on a full disk — except
+// once, to add checksums to the records of a file written before they
+// existed.
 func (o *Outbox) load() error {
-	ready, checksummed := false, false
+	ready, checksummed, some := false, false, false
 	err := o.file.View(func(tx *bolt.Tx) error {
 		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
+		some = records != nil || meta != nil || tx.Bucket(bucketIDs) != nil
 		if records == nil || tx.Bucket(bucketIDs) == nil || meta == nil || meta.Get(keyClientID) == nil {
 			return nil
+		}
+		// The buckets and the ID are created in one transaction, and the
+		// pending counter moves with the records: a part without the rest
+		// is damage, not an outbox to start afresh.
+		if k, _ := records.Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
+			return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
 		}
 		checksummed = meta.Get(keyChecksums) != nil
 		ready = true
@@ -199,8 +211,15 @@ func (o *Outbox) load() error {
 	if err != nil {
 		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
 	}
+	if !ready && some {
+		return fmt.Errorf("opening outbox file %s: %w", o.path, &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("it holds only part of an outbox (buckets %q, %q, %q and a client ID are created together): the rest was lost to damage", bucketRecords, bucketIDs, bucketMeta)})
+	}
 	if !ready {
-		if checksummed, err = o.create(); err != nil {
+		err := o.file.Update(func(tx *bolt.Tx) (err error) {
+			checksummed, err = createBuckets(tx)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("opening outbox file %s: %w", o.path, err)
 		}
 	}
@@ -220,39 +239,33 @@ func (o *Outbox) load() error {
 	})
 }
 
-// create makes the buckets and the client ID of a new outbox (or completes
-// those of one whose creation was interrupted). It reports whether the file
-// is marked as checksummed.
-func (o *Outbox) create() (checksummed bool, err error) {
-	err = o.file.Update(func(tx *bolt.Tx) error {
-		records, err := tx.CreateBucketIfNotExists(bucketRecords)
-		if err != nil {
-			return err
+// createBuckets makes the buckets and the client ID of a new outbox, marked
+// as checksummed.
+func createBuckets(tx *bolt.Tx) (checksummed bool, err error) {
+	records, err := tx.CreateBucketIfNotExists(bucketRecords)
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
+		return false, err
+	}
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return false, err
+	}
+	if meta.Get(keyClientID) == nil {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return false, err
 		}
-		if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
-			return err
+		if err := meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:]))); err != nil {
+			return false, err
 		}
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if meta.Get(keyClientID) == nil {
-			var b [8]byte
-			if _, err := rand.Read(b[:]); err != nil {
-				return err
-			}
-			if err := meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:]))); err != nil {
-				return err
-			}
-		}
-		if records.Stats().KeyN == 0 {
-			checksummed = true
-			return meta.Put(keyChecksums, []byte{1})
-		}
-		checksummed = meta.Get(keyChecksums) != nil
-		return nil
-	})
-	return checksummed, err
+	}
+	if records.Stats().KeyN == 0 {
+		return true, meta.Put(keyChecksums, []byte{1})
+	}
+	return meta.Get(keyChecksums) != nil, nil
 }
 
 func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {

@@ -517,7 +517,7 @@ func TestPanickingParticipantFailsOnlyItsEntry(t *testing.T) {
 
 func TestSharesFileWithAnotherComponent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.db")
-	ledger, err := boltfile.Acquire(path)
+	ledger, err := boltfile.AcquireWith(path, boltfile.Options{Create: otherComponent})
 	if err != nil {
 		t.Fatal(err)
 	}
