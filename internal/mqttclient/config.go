@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
 // Field names shared by every MQTT component of reliable-mqtt. They match the
@@ -220,7 +222,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("urls: %q is not a URL: %w", raw, err)
 		}
 		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss", "embedded":
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+		case embedded.Scheme:
+			// An embedded broker that can never start (a listener beyond
+			// loopback without users, a bad parameter) stops the process at
+			// start instead of failing every connection attempt.
+			if _, err := embedded.ParseURL(raw); err != nil {
+				return fmt.Errorf("urls: %w", err)
+			}
 		default:
 			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
 		}
