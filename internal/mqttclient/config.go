@@ -107,8 +107,8 @@ func ConnectionFields() []*service.ConfigField {
 			Description("Password for the broker.").Default("").Secret().Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewDurationField(FieldKeepAlive).
-			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
-			Default("30s").Advanced(),
+			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. It bounds how long a broker that dies silently (a power cut, a black-holed link) goes unnoticed: with the default, about 15 s at most with no traffic, when readiness and the connected gauges turn; raise it to save traffic on metered links. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
+			Default("5s").Advanced(),
 		service.NewDurationField(FieldConnectTimeout).
 			Description("How long one connection attempt (TCP, TLS and CONNACK) may take.").
 			Default("10s").Advanced(),
