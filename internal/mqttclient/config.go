@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
 // Field names shared by every MQTT component of reliable-mqtt. They match the
@@ -105,8 +107,8 @@ func ConnectionFields() []*service.ConfigField {
 			Description("Password for the broker.").Default("").Secret().Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewDurationField(FieldKeepAlive).
-			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
-			Default("30s").Advanced(),
+			Description("MQTT keepalive: the interval of PINGREQs on an idle connection. It bounds how long a broker that dies silently (a power cut, a black-holed link) goes unnoticed: with the default, about 15 s at most with no traffic, when readiness and the connected gauges turn; raise it to save traffic on metered links. A plain number is seconds (`30`), as in Benthos's `mqtt` components.").
+			Default("5s").Advanced(),
 		service.NewDurationField(FieldConnectTimeout).
 			Description("How long one connection attempt (TCP, TLS and CONNACK) may take.").
 			Default("10s").Advanced(),
@@ -220,7 +222,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("urls: %q is not a URL: %w", raw, err)
 		}
 		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss", "embedded":
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+		case embedded.Scheme:
+			// An embedded broker that can never start (a listener beyond
+			// loopback without users, a bad parameter) stops the process at
+			// start instead of failing every connection attempt.
+			if _, err := embedded.ParseURL(raw); err != nil {
+				return fmt.Errorf("urls: %w", err)
+			}
 		default:
 			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
 		}

@@ -98,6 +98,16 @@ func keys(m map[string]byte) []string {
 	return out
 }
 
+// pingTimeout is how long a PINGRESP may take: connect_timeout, but no
+// more than the keepalive, so a silent broker is noticed within about two
+// keepalives (paho.golang's pinger, used for MQTT 5, waits one keepalive).
+func (c *Client) pingTimeout() time.Duration {
+	if c.cfg.KeepAlive > 0 && c.cfg.KeepAlive < c.cfg.ConnectTimeout {
+		return c.cfg.KeepAlive
+	}
+	return c.cfg.ConnectTimeout
+}
+
 // dialV311 makes one MQTT 3.1.1 connection attempt with a fresh paho client.
 func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
 	conn := &v311Conn{link: newLink(gen)}
@@ -110,7 +120,7 @@ func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
 		SetUsername(c.cfg.User).
 		SetPassword(c.cfg.Password).
 		SetKeepAlive(c.cfg.KeepAlive).
-		SetPingTimeout(c.cfg.ConnectTimeout).
+		SetPingTimeout(c.pingTimeout()).
 		SetConnectTimeout(c.cfg.ConnectTimeout).
 		SetWriteTimeout(c.cfg.ConnectTimeout).
 		SetAutoReconnect(false).

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,16 @@ type Config struct {
 	Buckets        []float64 // histogram bounds in seconds; empty: Prometheus's defaults
 	ProcessMetrics bool
 	GoMetrics      bool
+
+	// PrometheusNames exports Prometheus's naming conventions instead of
+	// Benthos's names: counters end in _total, and a metric in
+	// milliseconds or nanoseconds (_ms, _ns) becomes _seconds, its values
+	// converted. Off by default, so dashboards built on Benthos names keep
+	// working.
+	PrometheusNames bool
+	// Help is the HELP text of a metric by its Benthos name; a metric
+	// without one gets "Benthos metric <name>".
+	Help map[string]string
 
 	PushURL      string // empty: no push
 	PushInterval time.Duration
@@ -159,8 +170,7 @@ func promName(s string) string {
 // on first use. Benthos asks for the same name once per component; a name
 // asked for again with another kind or other labels cannot share the
 // family, and gets nil (its values are dropped, once warned).
-func (e *Exporter) family(kind, name string, labels []string, mk func(name string, labels []string) prometheus.Collector) any {
-	n := promName(name)
+func (e *Exporter) family(kind, n string, labels []string, mk func(name string, labels []string) prometheus.Collector) any {
 	ls := make([]string, len(labels))
 	for i, l := range labels {
 		ls[i] = promName(l)
@@ -186,7 +196,33 @@ func (e *Exporter) family(kind, name string, labels []string, mk func(name strin
 	return vec
 }
 
-func help(name string) string { return "Benthos metric " + name }
+func (e *Exporter) help(name string) string {
+	if h, ok := e.cfg.Help[name]; ok {
+		return h
+	}
+	return "Benthos metric " + name
+}
+
+// exported is the name a metric of kind is exported under, and the factor
+// that converts its values (1 unless a unit changes).
+func (e *Exporter) exported(kind, name string) (string, float64) {
+	n := promName(name)
+	if !e.cfg.PrometheusNames {
+		return n, 1
+	}
+	switch {
+	case kind == "counter":
+		if !strings.HasSuffix(n, "_total") {
+			n += "_total"
+		}
+		return n, 1
+	case strings.HasSuffix(n, "_ms"):
+		return strings.TrimSuffix(n, "_ms") + "_seconds", 1e-3
+	case strings.HasSuffix(n, "_ns"):
+		return strings.TrimSuffix(n, "_ns") + "_seconds", 1e-9
+	}
+	return n, 1
+}
 
 // Counter is what a counter family hands out per label values.
 type Counter interface {
@@ -207,8 +243,9 @@ type Timer interface {
 
 // Counter returns the counter family name with the label keys.
 func (e *Exporter) Counter(name string, labelKeys []string) func(labelValues ...string) Counter {
-	vec, _ := e.family("counter", name, labelKeys, func(n string, ls []string) prometheus.Collector {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: n, Help: help(name)}, ls)
+	n, _ := e.exported("counter", name)
+	vec, _ := e.family("counter", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: n, Help: e.help(name)}, ls)
 	}).(*prometheus.CounterVec)
 	return func(labelValues ...string) Counter {
 		if vec == nil {
@@ -220,22 +257,27 @@ func (e *Exporter) Counter(name string, labelKeys []string) func(labelValues ...
 
 // Gauge returns the gauge family name with the label keys.
 func (e *Exporter) Gauge(name string, labelKeys []string) func(labelValues ...string) Gauge {
-	vec, _ := e.family("gauge", name, labelKeys, func(n string, ls []string) prometheus.Collector {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: n, Help: help(name)}, ls)
+	n, scale := e.exported("gauge", name)
+	vec, _ := e.family("gauge", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: n, Help: e.help(name)}, ls)
 	}).(*prometheus.GaugeVec)
 	return func(labelValues ...string) Gauge {
 		if vec == nil {
 			return dud{}
 		}
-		return gauge{vec.WithLabelValues(labelValues...)}
+		return gauge{g: vec.WithLabelValues(labelValues...), scale: scale}
 	}
 }
 
 // Timer returns the timer family name with the label keys.
 func (e *Exporter) Timer(name string, labelKeys []string) func(labelValues ...string) Timer {
+	n, scale := e.exported("timer", name)
+	if e.cfg.PrometheusNames {
+		scale = 1e-9 // base units: seconds, whatever the name said
+	}
 	if e.cfg.Histogram {
-		vec, _ := e.family("timer", name, labelKeys, func(n string, ls []string) prometheus.Collector {
-			return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: n, Help: help(name) + " (seconds)", Buckets: e.cfg.Buckets}, ls)
+		vec, _ := e.family("timer", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+			return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: n, Help: e.help(name) + " (seconds)", Buckets: e.cfg.Buckets}, ls)
 		}).(*prometheus.HistogramVec)
 		return func(labelValues ...string) Timer {
 			if vec == nil {
@@ -244,9 +286,13 @@ func (e *Exporter) Timer(name string, labelKeys []string) func(labelValues ...st
 			return timer{obs: vec.WithLabelValues(labelValues...), scale: 1e-9}
 		}
 	}
-	vec, _ := e.family("timer", name, labelKeys, func(n string, ls []string) prometheus.Collector {
+	unit := " (nanoseconds)"
+	if e.cfg.PrometheusNames {
+		unit = " (seconds)"
+	}
+	vec, _ := e.family("timer", n, labelKeys, func(n string, ls []string) prometheus.Collector {
 		return prometheus.NewSummaryVec(prometheus.SummaryOpts{
-			Name: n, Help: help(name) + " (nanoseconds)",
+			Name: n, Help: e.help(name) + unit,
 			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001},
 		}, ls)
 	}).(*prometheus.SummaryVec)
@@ -254,7 +300,7 @@ func (e *Exporter) Timer(name string, labelKeys []string) func(labelValues ...st
 		if vec == nil {
 			return dud{}
 		}
-		return timer{obs: vec.WithLabelValues(labelValues...), scale: 1}
+		return timer{obs: vec.WithLabelValues(labelValues...), scale: scale}
 	}
 }
 
@@ -269,10 +315,13 @@ func (c counter) IncrFloat64(n float64) {
 	}
 }
 
-type gauge struct{ g prometheus.Gauge }
+type gauge struct {
+	g     prometheus.Gauge
+	scale float64 // the Benthos unit to the exported one
+}
 
-func (g gauge) Set(v int64)          { g.g.Set(float64(v)) }
-func (g gauge) SetFloat64(v float64) { g.g.Set(v) }
+func (g gauge) Set(v int64)          { g.g.Set(float64(v) * g.scale) }
+func (g gauge) SetFloat64(v float64) { g.g.Set(v * g.scale) }
 
 type timer struct {
 	obs   prometheus.Observer

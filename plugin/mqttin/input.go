@@ -44,6 +44,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
@@ -348,6 +349,8 @@ type input struct {
 	}
 	closed bool
 
+	retainedWarn benthoslog.Every // at most one retained-envelope warning per Interval
+
 	acking sync.WaitGroup // AckFuncs begun before Close; Close waits for them (bounded). Add only via beginAck
 }
 
@@ -369,7 +372,8 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		RetryMax:          s.retry.Max,
 	}
 	in := inbox.New(cfg, &m.inbox, mgr.Logger())
-	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger())}, nil
+	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()),
+		retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}, nil
 }
 
 // Connect starts the client (once) and waits, bounded, for a connection
@@ -472,11 +476,25 @@ func (i *input) dropMalformed(d *inbox.Delivery) bool {
 			i.log.Warnf("%v; %s", dec.Err, what)
 		}
 	}
+	if dec.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
+		i.warnRetained(d.Msg.Topic(), dec.EventID)
+	}
 	if dec.Err == nil || i.s.flagMalformed {
 		return false
 	}
 	d.Complete()
 	return true
+}
+
+// warnRetained warns that an envelope arrived retained: the broker sends
+// it again at every subscription, so every reconnect or restart forwards
+// (or applies) it again, each time as a duplicate of the same event. At
+// most one warning per 10 s.
+func (i *input) warnRetained(topic, eventID string) {
+	if !i.retainedWarn.Allow() {
+		return
+	}
+	i.log.Warnf("Envelope of event %s on %q arrived retained: the broker sends it again at every (re)subscription, so it is delivered again at every reconnect and restart. Publish envelopes without the retain flag, and clear this one with an empty retained message on the topic (mosquitto_pub -r -n -t '%s')", eventID, topic, topic)
 }
 
 // attempt builds one delivery attempt: a fresh message with a fresh hook

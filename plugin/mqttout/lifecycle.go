@@ -11,6 +11,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -123,7 +124,12 @@ func (o *output) start() error {
 		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
 		}
+		retainedWarn := &benthoslog.Every{Interval: 10 * time.Second}
 		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) {
+			if msg.Retained() && retainedWarn.Allow() {
+				// It comes back at every subscription: an ACK that never ends.
+				o.log.Warnf("A retained message arrived on the ACK topic %q: the broker sends it again at every (re)subscription. ACKs must be published without the retain flag; clear it with an empty retained message (mosquitto_pub -r -n -t '%s')", msg.Topic(), msg.Topic())
+			}
 			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
 		}
 	}

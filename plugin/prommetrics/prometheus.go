@@ -6,6 +6,7 @@ package prommetrics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -22,6 +23,10 @@ const (
 	fieldPushInterval       = "push_interval"
 	fieldPushJobName        = "push_job_name"
 	fieldPushGrouping       = "push_grouping"
+	fieldNaming             = "naming"
+
+	namingBenthos    = "benthos"
+	namingPrometheus = "prometheus"
 )
 
 func spec() *service.ConfigSpec {
@@ -32,6 +37,10 @@ func spec() *service.ConfigSpec {
 Counters and gauges keep their names; timers (such as ` + "`output_latency_ns`" + `) become summaries of nanoseconds (quantiles 0.5, 0.9, 0.99), or with ` + "`use_histogram_timing`" + ` histograms of seconds. Benthos's labels (` + "`label`" + `, ` + "`path`" + `, and ` + "`stream`" + ` in streams mode) and the plugins' own (` + "`reason`" + `) become Prometheus labels. A character Prometheus does not allow in a name becomes ` + "`_`" + `.
 
 The endpoint is Benthos's HTTP server (` + "`http.address`" + `, default ` + "`0.0.0.0:4195`" + `), which must be enabled. A device that cannot be scraped (behind NAT) sets ` + "`push_url`" + `: the metrics are then also pushed every ` + "`push_interval`" + ` and once more at shutdown.`).
+		Field(service.NewStringAnnotatedEnumField(fieldNaming, map[string]string{
+			namingBenthos:    "Benthos's names, unchanged: what Benthos and Redpanda Connect dashboards expect.",
+			namingPrometheus: "Prometheus's conventions: counters end in `_total`; a metric in milliseconds or nanoseconds (`_ms`, `_ns`) is exported in seconds as `_seconds` (timers too); our own metrics get a HELP text saying what they count. The alert rules in `resources/prometheus/` work with both.",
+		}).Description("How metrics are named.").Default(namingBenthos).Advanced()).
 		Field(service.NewBoolField(fieldUseHistogramTiming).
 			Description("Export timers as histograms (in seconds) instead of summaries (in nanoseconds).").
 			Default(false).Advanced()).
@@ -91,6 +100,17 @@ func newExporter(conf *service.ParsedConfig, log *service.Logger) (service.Metri
 	}
 	if c.PushGrouping, err = conf.FieldStringMap(fieldPushGrouping); err != nil {
 		return nil, err
+	}
+	naming, err := conf.FieldString(fieldNaming)
+	if err != nil {
+		return nil, err
+	}
+	switch naming {
+	case namingBenthos:
+	case namingPrometheus:
+		c.PrometheusNames, c.Help = true, metricHelp
+	default:
+		return nil, fmt.Errorf("prometheus: naming must be %s or %s, got %q", namingBenthos, namingPrometheus, naming)
 	}
 	x, err := promexport.New(c, log)
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 
 // outputFailureRun relays 150 events (each published twice) through
 // reliable_mqtt_in → dedup_ledger → reliable_mqtt_out in direct mode (no
-// outbox: a write fails when the destination is unreachable) while the
-// destination is cut for the middle 50. It returns the deliveries per
+// outbox: a write fails when the destination does not answer) while the
+// destination is a black hole for the middle 50. It returns the deliveries per
 // event ID and the ledger's key count.
 func outputFailureRun(t *testing.T, commitMode string) (map[string]int, int) {
 	t.Helper()
@@ -36,9 +36,14 @@ func outputFailureRun(t *testing.T, commitMode string) (map[string]int, int) {
 	}
 	publish(1, 50)
 	harness.Eventually(t, 30*time.Second, "the first 50 events", func() bool { return len(ledgerDeliveries(t, sub)) >= 50 })
-	dest.Cut()
+	// A black hole, then a cut: writes time out with the connection still
+	// up, so they fail back to the input and are redelivered (a link the
+	// client knows is down would instead hold them in Benthos until the
+	// reconnect: "not connected"); the cut drops what the stall held.
+	dest.Stall()
 	publish(51, 100)
 	time.Sleep(2 * time.Second) // writes fail and are retried meanwhile
+	dest.Cut()
 	dest.Restore()
 	// Wait for the output to reconnect, so that only the middle 50 meet
 	// the outage (in immediate mode a later event meeting it is lost too).

@@ -123,3 +123,22 @@ func TestMisconfiguredOutputStopsTheProcessEvenWhenChilled(t *testing.T) {
 		})
 	}
 }
+
+// An embedded broker that could never start — a listener beyond loopback
+// without users — stops the process at start with the reason, like every
+// other configuration that can never work, instead of being retried
+// forever. (192.0.2.1 is a documentation address: nothing is bound.)
+func TestEmbeddedBrokerBeyondLoopbackWithoutUsersStopsAtStart(t *testing.T) {
+	yaml := `
+http:
+  enabled: false
+input:
+  reliable_mqtt_in:
+    urls: [ "embedded://?dir=./broker&listen=192.0.2.1:1883" ]
+    client_id: open-broker
+    topics: [ "t/#" ]
+output:
+  drop: {}
+`
+	refusedAtStart(t, yaml, nil, "listen=192.0.2.1:1883 accepts connections from other hosts", "add users=FILE")
+}

@@ -79,11 +79,9 @@ func TestReadinessFollowsBothBrokersOfABridge(t *testing.T) {
 	cloud := harness.StartMosquitto(t, harness.MosquittoOptions{DurableOnKill: true})
 	sub := harness.Subscribe(t, cloud.URL(), "readiness-sink", false, "out/#")
 	addr := httpAddr(t)
-	yaml := fmt.Sprintf(`
+	yaml := withPrometheus(t, fmt.Sprintf(`
 http:
-  address: %s
-metrics:
-  prometheus: {}
+  enabled: false
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -95,7 +93,7 @@ output:
     topic: out/x
     outbox:
       enabled: false
-`, addr, edge.URL(), cloud.URL())
+`, edge.URL(), cloud.URL()), addr)
 	harness.RunPipeline(t, yaml, harness.ProcOptions{})
 	up := map[string]float64{"reliable_mqtt_in_connected": 1, "reliable_mqtt_out_connected": 1}
 	expectState(t, addr, 60*time.Second, "at start", 200, up)
@@ -123,11 +121,9 @@ output:
 func TestOutboxOutputStaysReadyAndReportsTheLink(t *testing.T) {
 	broker := harness.StartMosquitto(t, harness.MosquittoOptions{DurableOnKill: true})
 	addr := httpAddr(t)
-	yaml := fmt.Sprintf(`
+	yaml := withPrometheus(t, fmt.Sprintf(`
 http:
-  address: %s
-metrics:
-  prometheus: {}
+  enabled: false
 input:
   generate:
     interval: 200ms
@@ -138,7 +134,7 @@ output:
     topic: out/x
     outbox:
       path: ./outbox.db
-`, addr, broker.URL())
+`, broker.URL()), addr)
 	harness.RunPipeline(t, yaml, harness.ProcOptions{})
 	expectState(t, addr, 60*time.Second, "at start", 200, map[string]float64{"reliable_mqtt_out_connected": 1})
 	broker.Kill()

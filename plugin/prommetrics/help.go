@@ -1,0 +1,42 @@
+package prommetrics
+
+// metricHelp is the HELP text of our own metrics, from the table in
+// docs/operations.md ("What to watch"); Benthos's own metrics keep
+// "Benthos metric <name>".
+var metricHelp = map[string]string{
+	"reliable_mqtt_out_pending":               "Records in the outbox, not yet confirmed.",
+	"reliable_mqtt_out_pending_bytes":         "Bytes of the records in the outbox.",
+	"reliable_mqtt_out_oldest_pending_age_ms": "Age of the oldest record in the outbox.",
+	"reliable_mqtt_out_connected":             "1 while the output has a ready broker connection, else 0.",
+	"reliable_mqtt_out_published":             "Publishes of records (resends included).",
+	"reliable_mqtt_out_confirmed":             "Records confirmed (PUBACK, or the end-to-end ACK) and removed.",
+	"reliable_mqtt_out_retried":               "Resends from the oldest unconfirmed record after a failure.",
+	"reliable_mqtt_out_acks_ignored":          "ACKs that confirmed nothing, by reason (malformed, unknown, duplicate, overflow, unauthenticated).",
+	"reliable_mqtt_out_confirm_latency_ns":    "Time from publish to confirmation.",
+	"reliable_mqtt_out_puback_reason_codes":   "MQTT 5 PUBACKs that failed a publish, by reason code.",
+	"reliable_mqtt_out_damaged_records":       "Outbox records that failed their checksum and were set aside, never published.",
+	"reliable_mqtt_in_connected":              "1 while the input has a ready broker connection with its subscriptions, else 0.",
+	"reliable_mqtt_in_received":               "Messages received from the broker.",
+	"reliable_mqtt_in_acked":                  "Messages acknowledged to the broker after the pipeline was done with them.",
+	"reliable_mqtt_in_rejected":               "Delivery attempts the pipeline (or a hook, or the ACK publish) failed.",
+	"reliable_mqtt_in_retried":                "Rejected messages delivered again.",
+	"reliable_mqtt_in_duplicates_suppressed":  "QoS 2 retransmissions answered without a new delivery.",
+	"reliable_mqtt_in_unmatched_acked":        "Messages matching no configured topic, acknowledged and dropped.",
+	"reliable_mqtt_in_replay_held":            "Unmatched messages of a resumed session held during startup replay.",
+	"reliable_mqtt_in_replay_dropped_unacked": "Held startup-replay messages dropped without acknowledgement.",
+	"reliable_mqtt_in_replay_overflows":       "Connections closed because startup replay held too many messages.",
+	"reliable_mqtt_in_qos0_dropped":           "QoS 0 messages dropped at receive_buffer_size.",
+	"reliable_mqtt_in_replay_held_now":        "Startup-replay messages held now.",
+	"reliable_mqtt_in_buffered":               "Received messages waiting for the pipeline to read them.",
+	"reliable_mqtt_in_backlog":                "Messages waiting unacknowledged beyond receive_buffer_size.",
+	"reliable_mqtt_in_malformed_envelopes":    "Envelopes that failed to decode.",
+	"reliable_mqtt_in_acks_published":         "End-to-end ACKs published to ack_topic.",
+	"reliable_mqtt_in_ack_publish_failed":     "End-to-end ACKs that could not be published.",
+	"dedup_ledger_passed":                     "Messages that passed the ledger (first copies).",
+	"dedup_ledger_duplicates":                 "Copies of applied events, dropped or flagged.",
+	"dedup_ledger_conflicts":                  "Copies whose content differs from the applied event (a reused event ID).",
+	"dedup_ledger_commits":                    "Ledger commits.",
+	"dedup_ledger_releases":                   "Claims released because the pipeline failed.",
+	"dedup_ledger_errors":                     "Ledger operations that failed.",
+	"dedup_ledger_keys":                       "Keys in the ledger.",
+}
