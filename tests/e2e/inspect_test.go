@@ -408,11 +408,11 @@ func TestOutboxPurgeRemovesExactlyWhatItNames(t *testing.T) {
 			}
 			break
 		}
-		if attempt == 4 {
+		if attempt == 6 {
 			t.Fatalf("purge --older-than took %s, more than half of a %s gap, %d times: cannot tell where its cutoff fell", took, gap, attempt)
 		}
 		t.Logf("purge --older-than took %s, more than half of a %s gap: again with a longer gap", took, gap)
-		gap = 3 * took
+		gap = 4 * took
 	}
 }
 

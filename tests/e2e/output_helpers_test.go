@@ -33,8 +33,8 @@ func outWaitAccepted(t *testing.T, p *harness.Proc, count int) {
 	t.Helper()
 	all := outUpTo(count)
 	if !harness.PollProgress(outStall, outLimit, func() (int, bool) {
-		n := len(outMissing(all, outAccepted(t, p.RunLog())))
-		return -n, n == 0
+		accepted := outAccepted(t, p.RunLog())
+		return len(accepted), len(outMissing(all, accepted)) == 0
 	}) {
 		t.Fatalf("the current run has not accepted %v (first 20) and accepted nothing for %s", outMissing(all, outAccepted(t, p.RunLog())), outStall)
 	}
@@ -268,8 +268,8 @@ func outWaitDrained(t *testing.T, p *harness.Proc, path string, inner outInner, 
 	all := outUpTo(count)
 	outWaitAccepted(t, p, count)
 	if delivered != nil && !harness.PollProgress(outStall, outLimit, func() (int, bool) {
-		n := len(outMissing(all, delivered()))
-		return -n, n == 0
+		got := delivered()
+		return len(got), len(outMissing(all, got)) == 0
 	}) {
 		t.Fatalf("still not delivered: %v (first 20), and nothing more for %s; the publisher's last stats line says %d pending",
 			outMissing(all, delivered()), outStall, outLastPending(p.RunLog()))
