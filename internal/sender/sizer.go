@@ -37,9 +37,9 @@ import (
 //     sample taken while the window ran dry (app-limited, as BBR names it)
 //     can raise the estimate but never lower it.
 //
-// Bounds: the window is never above max (the user's `window`) and never
-// below floor = min(initialWindow, max), which is also where a session
-// starts. On loopback the bandwidth-delay product is a handful of records,
+// Bounds: the window is never above max (the user's `window`) and, but for
+// the round trip of a probe, never below floor = min(initialWindow, max),
+// which is also where a session starts. On loopback the bandwidth-delay product is a handful of records,
 // so a loopback session stays at the floor, which is the fixed window this
 // replaced: loopback latency is unchanged by design. With max 1 the window
 // is 1: strict stop-and-wait. Loss (a timeout, a lost connection) ends the

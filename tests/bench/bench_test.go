@@ -60,37 +60,7 @@ func reportRate(b *testing.B, n int, elapsed time.Duration, p50, p99 float64) {
 // publish to PUBACK.
 func BenchmarkBaselinePahoQoS1(b *testing.B) {
 	m := broker(b)
-	c := connect(b, m.URL(), "bench-baseline", nil)
-	lat := make([]int64, b.N)
-	cpu := newCPUMeter(m)
-	slots := make(chan struct{}, inFlight)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		slots <- struct{}{}
-		t0 := time.Now()
-		tok := c.Publish("bench/baseline", 1, false, payload100)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
-				failed.Add(1)
-			}
-			lat[i] = time.Since(t0).Nanoseconds()
-			<-slots
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d publishes got no PUBACK", n)
-	}
-	p50, p99 := percentilesMs(lat)
-	reportRate(b, b.N, elapsed, p50, p99)
-	cpu.report(b)
+	pahoPublish(b, m, m.URL(), "bench/baseline", inFlight)
 }
 
 // BenchmarkOutboxAppend64Writers: durable appends only (fsync'd, group

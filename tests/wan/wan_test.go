@@ -210,8 +210,12 @@ func lastStatsLine(log string) string {
 
 // backlogPublisher: %[1]d readings as fast as the outbox takes them (in
 // batches of 100, one group commit each) into reliable_mqtt_out, end to
-// end confirmed, default flow control, through %[2]s.
+// end confirmed, default flow control, through %[2]s; metrics on port %[4]d.
 const backlogPublisher = `
+http:
+  address: 127.0.0.1:%[4]d
+metrics:
+  prometheus: {}
 input:
   sequence:
     inputs:
@@ -247,8 +251,9 @@ func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
 	link := harness.NewLink(t, m.Addr())
 	link.Latency(50*time.Millisecond, 0)
 	bh := link.Blackhole()
-	pub := harness.RunPipeline(t, fmt.Sprintf(backlogPublisher, n, link.URL(), strings.Repeat("x", 80)),
-		harness.ProcOptions{Args: []string{"--log.level", "info", "-s", "http.enabled=false"}})
+	port := harness.FreePort(t)
+	pub := harness.RunPipeline(t, fmt.Sprintf(backlogPublisher, n, link.URL(), strings.Repeat("x", 80), port),
+		harness.ProcOptions{Args: []string{"--log.level", "info"}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("publisher log tail:\n%s", tailLines(pub.Log(), 30))
@@ -263,7 +268,13 @@ func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
 	}
 	lifted := time.Now()
 	link.RemoveAll(bh)
+	maxWindow := 0.0 // the largest reliable_mqtt_out_window seen: reported, not asserted (it follows the machine's speed)
 	harness.Eventually(t, 10*time.Minute, "the backlog to drain", func() bool {
+		if f, err := harness.ScrapeMetrics(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)); err == nil {
+			if w, ok := harness.MetricSum(f, "reliable_mqtt_out_window", nil); ok {
+				maxWindow = max(maxWindow, w)
+			}
+		}
 		return strings.Contains(lastStatsLine(pub.RunLog()), "; 0 pending (0 bytes)")
 	})
 	drain := time.Since(lifted)
@@ -274,6 +285,24 @@ func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("the ACKer saw %d distinct readings, want all %d", len(ids), n)
 	}
-	t.Logf("a backlog of %d drained over the 100 ms link in %s (%.0f msgs/s, reconnect included); %d envelopes seen for %d readings",
-		n, drain.Round(100*time.Millisecond), float64(n)/drain.Seconds(), len(acker.Seen()), n)
+	t.Logf("a backlog of %d drained over the 100 ms link in %s (%.0f msgs/s, reconnect included; at best %d confirmed in one second; window up to %.0f); %d envelopes seen for %d readings",
+		n, drain.Round(100*time.Millisecond), float64(n)/drain.Seconds(), bestSecond(pub.RunLog()), maxWindow, len(acker.Seen()), n)
+}
+
+// bestSecond is the most records confirmed in one stats interval (1 s) of
+// a publisher's log ("…: N published, M confirmed in the last 1s; …").
+func bestSecond(log string) int {
+	const mark = " published, "
+	best := 0
+	for _, line := range strings.Split(log, "\n") {
+		j := strings.Index(line, mark)
+		if j < 0 || !strings.Contains(line, " confirmed in the last ") {
+			continue
+		}
+		var conf int
+		if _, err := fmt.Sscanf(line[j+len(mark):], "%d confirmed", &conf); err == nil {
+			best = max(best, conf)
+		}
+	}
+	return best
 }
