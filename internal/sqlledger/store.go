@@ -79,6 +79,12 @@ type Config struct {
 	// Logf, if set, receives what the store waits for: a server that went
 	// away, a standby not yet promoted.
 	Logf func(format string, args ...any)
+	// OnRetry, if set, is told of every transaction run again, and
+	// whether because no read-write server answered (else a conflict).
+	OnRetry func(unavailable bool)
+	// OnAvailable, if set, is told when transactions start waiting for a
+	// read-write server (false) and when one answers again (true).
+	OnAvailable func(bool)
 }
 
 // Exec is one caller statement run inside the ledger transaction, with
@@ -392,6 +398,9 @@ func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) e
 		if err == nil {
 			if n > 1 && s.waiting.CompareAndSwap(true, false) {
 				s.logf("sqlledger: %s answers again; transactions continue", s.where)
+				if f := s.cfg.OnAvailable; f != nil {
+					f(true)
+				}
 			}
 			return nil
 		}
@@ -408,6 +417,9 @@ func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) e
 		if down {
 			s.noteDown(err)
 		}
+		if f := s.cfg.OnRetry; f != nil {
+			f(down)
+		}
 		// Full jitter: concurrent losers of the same conflict spread out.
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
@@ -423,7 +435,11 @@ func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) e
 // noteDown logs, at most every downLogEvery, that transactions wait for a
 // read-write server.
 func (s *Store) noteDown(err error) {
-	s.waiting.Store(true)
+	if !s.waiting.Swap(true) {
+		if f := s.cfg.OnAvailable; f != nil {
+			f(false)
+		}
+	}
 	now := time.Now().UnixNano()
 	last := s.lastDownLog.Load()
 	if now-last < int64(downLogEvery) || !s.lastDownLog.CompareAndSwap(last, now) {

@@ -25,13 +25,15 @@ import (
 //
 // "failover": at about a third of the stream the primary is SIGKILLed;
 // at once a consumer is SIGKILLed and restarted while no server is
-// read-write (it must wait, not exit, and its /ready must not be 200); the
+// read-write (it must wait, not exit, its /ready must not be 200 and its
+// dedup_ledger_sql_available gauge must read 0); the
 // standby is promoted three seconds later; then another consumer is
 // SIGKILLed and restarted. "no kill": the same without any kill.
 //
 // Asserted in both: the counter and the ledger row count on the server
-// that is primary at the end equal the number of distinct events, and no
-// consumer exited on its own. docs/scaling.md reports what it logs.
+// that is primary at the end equal the number of distinct events, no
+// consumer exited on its own, and every consumer's
+// dedup_ledger_sql_available reads 1 at the end. docs/scaling.md reports what it logs.
 func TestConsumerGroupCountsExactlyAcrossALedgerFailover(t *testing.T) {
 	for _, failover := range []bool{false, true} {
 		name := "no kill"
@@ -94,6 +96,9 @@ func runLedgerFailover(t *testing.T, failover bool) {
 		if code := readyStatus(ports[1]); code == http.StatusOK {
 			t.Fatal("/ready of the consumer waiting for a read-write server answered 200")
 		}
+		if v, ok := metric(ports[1], "dedup_ledger_sql_available"); !ok || v != 0 {
+			t.Fatalf("dedup_ledger_sql_available = %v (served: %v) while the consumer waits for a read-write server, want 0", v, ok)
+		}
 		time.Sleep(3 * time.Second)
 		if !late.Running() {
 			t.Fatalf("the consumer restarted during the outage exited:\n%s", tail(late.RunLog(), 20))
@@ -122,6 +127,14 @@ func runLedgerFailover(t *testing.T, failover bool) {
 		failed += strings.Count(p.Log(), "the apply transaction of key")
 	}
 	t.Logf("consumer logs: %d \"no read-write server\" lines, %d commits of unknown outcome, %d messages failed (nacked)", waits, unknown, failed)
+	for i := range procs {
+		avail, _ := metric(ports[i], "dedup_ledger_sql_available")
+		retries, _ := metric(ports[i], "dedup_ledger_sql_retries")
+		t.Logf("consumer %d: dedup_ledger_sql_available %v, dedup_ledger_sql_retries %v", i, avail, retries)
+		if avail != 1 {
+			t.Errorf("consumer %d: dedup_ledger_sql_available = %v at the end, want 1", i, avail)
+		}
+	}
 	for i, p := range procs {
 		if !p.Running() {
 			t.Errorf("consumer %d exited on its own:\n%s", i, tail(p.RunLog(), 20))
@@ -165,6 +178,8 @@ http:
   address: 127.0.0.1:%d
 logger:
   level: INFO
+metrics:
+  prometheus: {}
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -195,6 +210,15 @@ output:
   reject_errored:
     drop: {}
 `, port, url, clientID, filter, dsn)
+}
+
+// metric is the sum of a metric's samples on port's /metrics.
+func metric(port int, name string) (float64, bool) {
+	fams, err := harness.ScrapeMetrics(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return 0, false
+	}
+	return harness.MetricSum(fams, name, nil)
 }
 
 // readyStatus is the HTTP status of /ready on port, 0 if nothing answers.
