@@ -38,35 +38,15 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	if len(entries) == 0 {
 		return nil, nil
 	}
+	try := s.tryBatch
 	if s.d.driver == Postgres {
-		return s.pgApplyBatch(ctx, entries)
+		try = s.pgTry
 	}
 	out := make([]Outcome, len(entries))
-	failed := make([]bool, len(entries))
+	failed := make([]bool, len(entries)) // a statement of it failed: left out
 	var attempts int
 	err := s.retryRun(ctx, func() error {
-		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) {
-			var bad *stmtFailure
-			err := s.inTx(ctx, func(tx *sql.Tx) error {
-				for i, e := range entries {
-					if failed[i] {
-						continue
-					}
-					if err := s.applyEntry(ctx, tx, e, &out[i]); err != nil {
-						var se *StmtError
-						if errors.As(err, &se) && !s.d.retryable(err) && !s.d.unavailable(err) {
-							bad = &stmtFailure{entry: i, err: err}
-						}
-						return err // rolls back
-					}
-				}
-				return nil
-			})
-			if bad != nil {
-				return bad, nil
-			}
-			return nil, err
-		})
+		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return try(ctx, entries, failed, out) })
 	}, &attempts)
 	if err != nil {
 		return nil, fmt.Errorf("sqlledger: apply batch of %d to table %s: %w; %s", len(entries), s.cfg.Table, err, outcome(err))
@@ -75,6 +55,32 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 		out[i].Attempts = attempts
 	}
 	return out, nil
+}
+
+// tryBatch runs one transaction of the entries not failed, statement by
+// statement, and fills out. It returns the entry whose statement failed
+// (everything rolled back), or an error for the whole transaction.
+func (s *Store) tryBatch(ctx context.Context, entries []Entry, failed []bool, out []Outcome) (*stmtFailure, error) {
+	var bad *stmtFailure
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, e := range entries {
+			if failed[i] {
+				continue
+			}
+			if err := s.applyEntry(ctx, tx, e, &out[i]); err != nil {
+				var se *StmtError
+				if errors.As(err, &se) && !s.d.retryable(err) && !s.d.unavailable(err) {
+					bad = &stmtFailure{entry: i, err: err}
+				}
+				return err // rolls back
+			}
+		}
+		return nil
+	})
+	if bad != nil {
+		return bad, nil
+	}
+	return nil, err
 }
 
 // stmtFailure is the statement failure of one entry of a batch.

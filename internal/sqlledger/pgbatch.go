@@ -29,23 +29,6 @@ ON CONFLICT ("namespace", "key") DO NOTHING RETURNING "namespace", "key"`
 const pgLookupMany = `SELECT t."namespace", t."key", t."hash" FROM %s t
 JOIN unnest($1::text[], $2::text[]) AS k(ns, id) ON t."namespace" = k.ns AND t."key" = k.id`
 
-// pgApplyBatch is ApplyBatch for PostgreSQL (see above).
-func (s *Store) pgApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, error) {
-	out := make([]Outcome, len(entries))
-	failed := make([]bool, len(entries)) // a statement of it failed: left out
-	var attempts int
-	err := s.retryRun(ctx, func() error {
-		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return s.pgTry(ctx, entries, failed, out) })
-	}, &attempts)
-	if err != nil {
-		return nil, fmt.Errorf("sqlledger: apply batch of %d to table %s: %w; %s", len(entries), s.cfg.Table, err, outcome(err))
-	}
-	for i := range out {
-		out[i].Attempts = attempts
-	}
-	return out, nil
-}
-
 // pgTry runs one transaction of the entries not failed and fills out. It
 // returns the entry whose statement failed (everything rolled back), or
 // an error for the whole transaction (a commitError for COMMIT).
