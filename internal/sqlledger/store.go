@@ -17,6 +17,9 @@
 // table the bbolt ledger uses too) stop two local copies of a key from
 // passing at once. check.go refuses a configuration the pool could not
 // honour; statements.go finds transaction control in configured statements.
+// batch.go runs a group in one transaction (pgbatch.go: PostgreSQL's, in two
+// round trips). dialect.go tells an unavailable server (retried until one
+// answers: a failover) from a refusal.
 // What dedup_ledger decides for a copy is internal/dedup.
 package sqlledger
 
