@@ -157,7 +157,7 @@ func openWaiting(ctx context.Context, pc PoolConfig) (*Store, error) {
 		}
 		if time.Since(logged) >= downLogEvery {
 			logged = time.Now()
-			logf(pc.Logf, "%v; waiting for a read-write server (attempt %d, next in %s); no message is taken until then", err, attempt, wait)
+			logf(pc.Logf, "%v; waiting for a read-write server (attempt %d, next in %s); no message is processed until then", err, attempt, wait)
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -73,7 +73,7 @@ func sqlField() *service.ConfigField {
 			Description("How long one connection attempt may take, to each host of the DSN (unless the DSN sets `connect_timeout`).").
 			Default("10s").Advanced(),
 		service.NewDurationField(fieldSQLStartupWait).
-			Description("How long start-up waits for a read-write server while none answers (refused, starting up, or only a standby not yet promoted), retrying with backoff and logging what it waits for; meanwhile the pipeline is not built, `/ready` does not answer 200 and no message is taken. `0s` waits until a server answers or the process is stopped. Errors no wait fixes stop the start at once: a DSN pgx cannot parse, a wrong password or user, a missing database, a host name that does not resolve, a failing `init_statements` entry.").
+			Description("How long start-up waits for a read-write server while none answers (refused, starting up, or only a standby not yet promoted), retrying with backoff and logging what it waits for; meanwhile the pipeline is not built, `/ready` does not answer 200 and no message is processed or acknowledged (the input may already hold what the broker sends it, unacknowledged). `0s` waits until a server answers or the process is stopped. Errors no wait fixes stop the start at once: a DSN pgx cannot parse, a wrong password or user, a missing database, a host name that does not resolve, a failing `init_statements` entry.").
 			Default("0s").Advanced(),
 		service.NewDurationField(fieldSQLBusyTimeout).
 			Description("SQLite only: how long a transaction waits for another process's lock.").
