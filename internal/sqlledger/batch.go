@@ -45,7 +45,7 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	out := make([]Outcome, len(entries))
 	failed := make([]bool, len(entries)) // a statement of it failed: left out
 	var attempts int
-	err := s.retryRun(ctx, func() error {
+	err := s.retryRun(ctx, func(ctx context.Context) error {
 		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return try(ctx, entries, failed, out) })
 	}, &attempts)
 	if err != nil {
