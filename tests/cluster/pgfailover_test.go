@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +76,8 @@ func runLedgerFailover(t *testing.T, failover bool) {
 		return v
 	}
 
-	stream := duplicated(rng, n)
-	published := publish(t, m.URL(), stream, 20, 40*time.Millisecond)
+	stream := harness.DupStream(rng, n)
+	published := harness.PublishStream(t, m.URL(), stream, 20, 40*time.Millisecond)
 	began := time.Now()
 	if failover {
 		harness.Eventually(t, 90*time.Second, "a third of the events applied", func() bool { return applied() >= n/3 })
@@ -230,57 +229,4 @@ func readyStatus(port int) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// duplicated is ev-1..ev-n in order, each one to three times, the copies
-// up to ~40 events after the first.
-func duplicated(rng *rand.Rand, n int) []string {
-	type slot struct {
-		at int
-		id string
-	}
-	var slots []slot
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("ev-%d", i)
-		slots = append(slots, slot{i * 10, id})
-		for range rng.IntN(3) {
-			slots = append(slots, slot{i*10 + 1 + rng.IntN(400), id})
-		}
-	}
-	sort.SliceStable(slots, func(a, b int) bool { return slots[a].at < slots[b].at })
-	out := make([]string, len(slots))
-	for i, s := range slots {
-		out[i] = s.id
-	}
-	return out
-}
-
-// publish sends stream to events/in, chunk events at a time with pause
-// after each, from its own goroutine; the channel closes when it is done
-// (or failed, reported with t.Error, or the test ended).
-func publish(t *testing.T, url string, stream []string, chunk int, pause time.Duration) <-chan struct{} {
-	done, stop := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for start := 0; start < len(stream); start += chunk {
-			var events [][]byte
-			for _, id := range stream[start:min(start+chunk, len(stream))] {
-				events = append(events, fmt.Appendf(nil, `{"producer":"sensor-demo","event_id":%q,"delta":1}`, id))
-			}
-			if err := harness.PublishErr(url, "events/in", events); err != nil {
-				t.Errorf("publish events %d..%d: %v", start+1, start+len(events), err)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(pause):
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
-	return done
 }
