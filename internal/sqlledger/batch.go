@@ -3,6 +3,7 @@ package sqlledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 )
 
@@ -22,10 +23,12 @@ type Outcome struct {
 }
 
 // ApplyBatch does what Apply does for many messages in ONE transaction, so
-// they share one commit (one fsync). Each entry runs inside its own
-// savepoint: an entry whose statement fails is rolled back alone and
-// reported in its Outcome, and the others still commit. A key repeated in
-// entries is applied once (the later copies report Inserted false).
+// they share one commit (one fsync). An entry whose statement fails is
+// reported in its Outcome and commits nothing; the others still commit:
+// the transaction is rolled back and run again without it. (Savepoints
+// would isolate it too, at two more statements for every entry; failures
+// are rare.) A key repeated in entries is applied once (the later copies
+// report Inserted false).
 //
 // A transient conflict (deadlock, serialization failure, SQLITE_BUSY) in
 // any entry reruns the whole batch, as Apply does. The returned error is
@@ -35,19 +38,15 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	if len(entries) == 0 {
 		return nil, nil
 	}
+	try := s.tryBatch
 	if s.d.driver == Postgres {
-		return s.pgApplyBatch(ctx, entries)
+		try = s.pgTry
 	}
-	var out []Outcome
+	out := make([]Outcome, len(entries))
+	failed := make([]bool, len(entries)) // a statement of it failed: left out
 	var attempts int
-	err := s.retry(ctx, func(tx *sql.Tx) error {
-		out = make([]Outcome, len(entries))
-		for i, e := range entries {
-			if err := s.applyEntry(ctx, tx, e, &out[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := s.retryRun(ctx, func(ctx context.Context) error {
+		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return try(ctx, entries, failed, out) })
 	}, &attempts)
 	if err != nil {
 		return nil, fmt.Errorf("sqlledger: apply batch of %d to table %s: %w; %s", len(entries), s.cfg.Table, err, outcome(err))
@@ -58,38 +57,65 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	return out, nil
 }
 
-// applyEntry runs one entry inside a savepoint. It returns an error only
-// when the whole transaction must stop: a transient conflict (to retry the
-// batch) or a savepoint command that failed.
+// tryBatch runs one transaction of the entries not failed, statement by
+// statement, and fills out. It returns the entry whose statement failed
+// (everything rolled back), or an error for the whole transaction.
+func (s *Store) tryBatch(ctx context.Context, entries []Entry, failed []bool, out []Outcome) (*stmtFailure, error) {
+	var bad *stmtFailure
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, e := range entries {
+			if failed[i] {
+				continue
+			}
+			if err := s.applyEntry(ctx, tx, e, &out[i]); err != nil {
+				var se *StmtError
+				if errors.As(err, &se) && !s.d.retryable(err) && !s.d.unavailable(err) {
+					bad = &stmtFailure{entry: i, err: err}
+				}
+				return err // rolls back
+			}
+		}
+		return nil
+	})
+	if bad != nil {
+		return bad, nil
+	}
+	return nil, err
+}
+
+// stmtFailure is the statement failure of one entry of a batch.
+type stmtFailure struct {
+	entry int
+	err   error
+}
+
+// leavingOut runs try until it succeeds or fails as a whole, leaving out
+// (failed) each entry whose statement failed, with that error in its
+// Outcome. Each round leaves one more entry out: bounded.
+func (s *Store) leavingOut(entries []Entry, failed []bool, out []Outcome, try func() (*stmtFailure, error)) error {
+	for range len(entries) + 1 {
+		bad, err := try()
+		if err != nil || bad == nil {
+			return err
+		}
+		failed[bad.entry] = true
+		out[bad.entry] = Outcome{Err: fmt.Errorf("sqlledger: apply %s: %w; this message rolled back, the rest of the batch unaffected", entries[bad.entry].Key, bad.err)}
+	}
+	return errors.New("sqlledger: internal error: a batch kept failing")
+}
+
+// applyEntry runs one entry in tx: the ledger insert, then (if it
+// inserted) the statements, or (if not) the lookup of the stored hash.
 func (s *Store) applyEntry(ctx context.Context, tx *sql.Tx, e Entry, o *Outcome) error {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT ledger_entry"); err != nil {
-		return fmt.Errorf("savepoint for %s: %w", e.Key, err)
-	}
-	err := func() error {
-		ins, err := s.insert(ctx, tx, e.Key, e.Hash)
-		if err != nil {
-			return err
-		}
-		o.Inserted = ins
-		if !ins {
-			o.ExistingHash, _, err = s.lookup(ctx, tx, e.Key)
-			return err
-		}
-		return runStmts(ctx, tx, e.Stmts)
-	}()
+	*o = Outcome{}
+	ins, err := s.insert(ctx, tx, e.Key, e.Hash)
 	if err != nil {
-		if s.d.retryable(err) || s.d.unavailable(err) {
-			return err // the whole transaction is retried
-		}
-		// Only this entry's work is undone; the transaction stays usable
-		// (in PostgreSQL an error aborts the transaction until this).
-		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT ledger_entry"); rerr != nil {
-			return fmt.Errorf("roll back %s to its savepoint after %v: %w", e.Key, err, rerr)
-		}
-		*o = Outcome{Err: fmt.Errorf("sqlledger: apply %s: %w; this message rolled back, the rest of the batch unaffected", e.Key, err)}
+		return err
 	}
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT ledger_entry"); err != nil {
-		return fmt.Errorf("release savepoint for %s: %w", e.Key, err)
+	o.Inserted = ins
+	if !ins {
+		o.ExistingHash, _, err = s.lookup(ctx, tx, e.Key)
+		return err
 	}
-	return nil
+	return runStmts(ctx, tx, e.Stmts)
 }

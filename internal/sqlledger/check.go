@@ -25,6 +25,10 @@ func (pc PoolConfig) Check(apply []string) error {
 		return errors.New("sql.conn_max_lifetime must not be negative")
 	case c.ConnectTimeout < 0:
 		return errors.New("sql.connect_timeout must not be negative")
+	case c.TxTimeout < 0:
+		return errors.New("sql.transaction_timeout must not be negative")
+	case pc.StartupWait < 0:
+		return errors.New("sql.startup_wait must not be negative")
 	case c.BusyTimeout < 0:
 		return errors.New("sql.busy_timeout must not be negative")
 	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:

@@ -163,3 +163,64 @@ func TestPoolStopsAtOnceOnPermanentErrors(t *testing.T) {
 		}
 	}
 }
+
+// A server that stops answering without closing the connection (a dead
+// machine, a partition: here a proxy that holds every byte) does not hold
+// a transaction for good: each attempt ends after TxTimeout and is run
+// again; once the server answers, the messages apply exactly once (if the
+// abandoned attempt's COMMIT reaches the server after all, the retry finds
+// its rows).
+func TestTransactionOnASilentServerIsAbandonedAndRetried(t *testing.T) {
+	pg := harness.StartPostgres(t)
+	proxy := harness.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	dsn := strings.Replace(pg.NewDatabase(t), fmt.Sprintf("127.0.0.1:%d", pg.Port()), proxy.Addr(), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var logs []string
+	pool, err := OpenPool(ctx, PoolConfig{
+		Config: Config{Driver: Postgres, DSN: dsn, Table: "ledger", ConnectTimeout: time.Second, TxTimeout: time.Second,
+			RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxRetries: 2},
+		Init:     []string{`CREATE TABLE counter (value INTEGER NOT NULL)`, `INSERT INTO counter VALUES (0)`},
+		MaxBatch: 8,
+		Logf:     func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release()
+
+	proxy.Stall()
+	b := postgresBackend(pg)
+	entries := []Entry{
+		{Key: Key{Namespace: "n", ID: "e1"}, Stmts: []Exec{incr(b, 1)}},
+		{Key: Key{Namespace: "n", ID: "e2"}, Stmts: []Exec{incr(b, 10)}},
+	}
+	done := make(chan []Outcome, 1)
+	go func() { done <- pool.ApplyAll(ctx, entries) }()
+	harness.Eventually(t, 30*time.Second, "the stalled transaction to be abandoned and retried", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(logs) > 0 && strings.Contains(strings.Join(logs, "\n"), "has no read-write server answering")
+	})
+	proxy.Restore()
+	var outs []Outcome
+	select {
+	case outs = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("ApplyAll did not finish within 60s of the server answering again")
+	}
+	for i, o := range outs {
+		if o.Err != nil {
+			t.Fatalf("entry %d: %v", i, o.Err)
+		}
+	}
+	var v, rows int
+	if err := pool.Store().DB().QueryRowContext(ctx, `SELECT (SELECT value FROM counter), (SELECT COUNT(*) FROM ledger)`).Scan(&v, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if v != 11 || rows != 2 {
+		t.Fatalf("counter = %d, ledger rows = %d; want 11 and 2", v, rows)
+	}
+	t.Logf("log: %q", logs)
+}

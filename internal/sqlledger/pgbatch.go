@@ -2,7 +2,6 @@ package sqlledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -18,10 +17,8 @@ import (
 //  2. the stored hashes of the keys that were there already, every
 //     statement of the inserted ones, and COMMIT, pipelined.
 //
-// No savepoints: when a statement fails, the transaction is rolled back
-// and run again without that message, which is reported failed. So the
-// invariant holds as with savepoints (a key's row commits exactly with its
-// statements), and the common case, nothing failing, pays for nothing.
+// No savepoints (see ApplyBatch): when a statement fails, the transaction
+// is rolled back and run again without that message.
 
 // pgInsertMany inserts the keys of a group; %s = quoted table.
 const pgInsertMany = `INSERT INTO %s ("namespace", "key", "hash", "applied_at")
@@ -31,38 +28,6 @@ ON CONFLICT ("namespace", "key") DO NOTHING RETURNING "namespace", "key"`
 // pgLookupMany reads the hashes of keys; %s = quoted table.
 const pgLookupMany = `SELECT t."namespace", t."key", t."hash" FROM %s t
 JOIN unnest($1::text[], $2::text[]) AS k(ns, id) ON t."namespace" = k.ns AND t."key" = k.id`
-
-// pgApplyBatch is ApplyBatch for PostgreSQL (see above).
-func (s *Store) pgApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, error) {
-	out := make([]Outcome, len(entries))
-	failed := make([]bool, len(entries)) // a statement of it failed: left out
-	var attempts int
-	err := s.retryRun(ctx, func() error {
-		// Each statement failure leaves one more entry out: bounded.
-		for range len(entries) + 1 {
-			bad, err := s.pgTry(ctx, entries, failed, out)
-			if err != nil || bad == nil {
-				return err
-			}
-			failed[bad.entry] = true
-			out[bad.entry] = Outcome{Err: fmt.Errorf("sqlledger: apply %s: %w; this message rolled back, the rest of the batch unaffected", entries[bad.entry].Key, bad.err)}
-		}
-		return errors.New("sqlledger: internal error: a batch kept failing")
-	}, &attempts)
-	if err != nil {
-		return nil, fmt.Errorf("sqlledger: apply batch of %d to table %s: %w; %s", len(entries), s.cfg.Table, err, outcome(err))
-	}
-	for i := range out {
-		out[i].Attempts = attempts
-	}
-	return out, nil
-}
-
-// stmtFailure is the statement failure of one entry in pgTry.
-type stmtFailure struct {
-	entry int
-	err   error
-}
 
 // pgTry runs one transaction of the entries not failed and fills out. It
 // returns the entry whose statement failed (everything rolled back), or

@@ -82,7 +82,7 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	// The first processor's pool, batching, retention and init statements
 	// serve them all, so a second one must not expect others.
 	c := pc.Config
-	c.Logf = nil // a function prints as its address
+	c.Logf, c.OnRetry, c.OnAvailable = nil, nil, nil // a function prints as its address
 	settings := fmt.Sprintf("%+v|%d|%s|%q", c, pc.MaxBatch, pc.Retention, pc.Init)
 	join := func(sh *Pool) error {
 		if sh.settings != settings {
@@ -157,7 +157,7 @@ func openWaiting(ctx context.Context, pc PoolConfig) (*Store, error) {
 		}
 		if time.Since(logged) >= downLogEvery {
 			logged = time.Now()
-			logf(pc.Logf, "%v; waiting for a read-write server (attempt %d, next in %s); no message is taken until then", err, attempt, wait)
+			logf(pc.Logf, "%v; waiting for a read-write server (attempt %d, next in %s); no message is processed until then", err, attempt, wait)
 		}
 		t := time.NewTimer(wait)
 		select {

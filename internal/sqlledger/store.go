@@ -17,6 +17,9 @@
 // table the bbolt ledger uses too) stop two local copies of a key from
 // passing at once. check.go refuses a configuration the pool could not
 // honour; statements.go finds transaction control in configured statements.
+// batch.go runs a group in one transaction (pgbatch.go: PostgreSQL's, in two
+// round trips). dialect.go tells an unavailable server (retried until one
+// answers: a failover) from a refusal.
 // What dedup_ledger decides for a copy is internal/dedup.
 package sqlledger
 
@@ -65,6 +68,8 @@ type Config struct {
 	ConnMaxLifetime time.Duration
 	// ConnectTimeout bounds Open's first connection; 0 means 10 s.
 	ConnectTimeout time.Duration
+	// TxTimeout bounds one attempt of a transaction; 0 means 30 s.
+	TxTimeout time.Duration
 	// BusyTimeout (SQLite only) is how long a connection waits for another
 	// process's lock before SQLITE_BUSY; 0 means 5 s.
 	BusyTimeout time.Duration
@@ -79,6 +84,12 @@ type Config struct {
 	// Logf, if set, receives what the store waits for: a server that went
 	// away, a standby not yet promoted.
 	Logf func(format string, args ...any)
+	// OnRetry, if set, is told of every transaction run again, and
+	// whether because no read-write server answered (else a conflict).
+	OnRetry func(unavailable bool)
+	// OnAvailable, if set, is told when transactions start waiting for a
+	// read-write server (false) and when one answers again (true).
+	OnAvailable func(bool)
 }
 
 // Exec is one caller statement run inside the ledger transaction, with
@@ -135,6 +146,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.TxTimeout == 0 {
+		c.TxTimeout = 30 * time.Second
 	}
 	if c.BusyTimeout == 0 {
 		c.BusyTimeout = 5 * time.Second
@@ -309,7 +323,7 @@ func (e *StmtError) Unwrap() error { return e.Err }
 func (s *Store) Apply(ctx context.Context, k Key, hash []byte, stmts []Exec) (Result, error) {
 	var res Result
 	var attempts int
-	err := s.retry(ctx, func(tx *sql.Tx) error {
+	err := s.retry(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = Result{}
 		var err error
 		res.Inserted, err = s.insert(ctx, tx, k, hash)
@@ -376,22 +390,34 @@ func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, err
 // MaxRetries times) or is unavailable (until ctx ends: a failover takes as
 // long as it takes, and the messages wait unacknowledged). attempts, if not
 // nil, receives how many times fn ran.
-func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error, attempts *int) error {
-	return s.retryRun(ctx, func() error { return s.inTx(ctx, fn) }, attempts)
+func (s *Store) retry(ctx context.Context, fn func(context.Context, *sql.Tx) error, attempts *int) error {
+	return s.retryRun(ctx, func(ctx context.Context) error {
+		return s.inTx(ctx, func(tx *sql.Tx) error { return fn(ctx, tx) })
+	}, attempts)
 }
 
 // retryRun is retry for a transaction that run makes and commits itself.
-func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) error {
+// Each attempt gets a context bounded by TxTimeout: a server that stops
+// answering without closing the connection (a machine that died, a
+// partition) would otherwise hold the transaction until TCP gives up, which
+// takes hours. The abandoned attempt counts as unavailable and is retried;
+// if its COMMIT had landed, the ledger rows say so.
+func (s *Store) retryRun(ctx context.Context, run func(context.Context) error, attempts *int) error {
 	wait := s.cfg.RetryInitial
 	conflicts := 0
 	for n := 1; ; n++ {
 		if attempts != nil {
 			*attempts = n
 		}
-		err := run()
+		actx, cancel := context.WithTimeout(ctx, s.cfg.TxTimeout)
+		err := run(actx)
+		cancel()
 		if err == nil {
 			if n > 1 && s.waiting.CompareAndSwap(true, false) {
 				s.logf("sqlledger: %s answers again; transactions continue", s.where)
+				if f := s.cfg.OnAvailable; f != nil {
+					f(true)
+				}
 			}
 			return nil
 		}
@@ -408,6 +434,9 @@ func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) e
 		if down {
 			s.noteDown(err)
 		}
+		if f := s.cfg.OnRetry; f != nil {
+			f(down)
+		}
 		// Full jitter: concurrent losers of the same conflict spread out.
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
@@ -423,7 +452,11 @@ func (s *Store) retryRun(ctx context.Context, run func() error, attempts *int) e
 // noteDown logs, at most every downLogEvery, that transactions wait for a
 // read-write server.
 func (s *Store) noteDown(err error) {
-	s.waiting.Store(true)
+	if !s.waiting.Swap(true) {
+		if f := s.cfg.OnAvailable; f != nil {
+			f(false)
+		}
+	}
 	now := time.Now().UnixNano()
 	last := s.lastDownLog.Load()
 	if now-last < int64(downLogEvery) || !s.lastDownLog.CompareAndSwap(last, now) {
@@ -504,7 +537,7 @@ func (s *Store) Record(ctx context.Context, keys []Key, hashes [][]byte) (insert
 		return nil, nil
 	}
 	inserted = make([]bool, len(keys))
-	err = s.retry(ctx, func(tx *sql.Tx) error {
+	err = s.retry(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for i, k := range keys {
 			var h []byte
 			if hashes != nil {
@@ -535,7 +568,7 @@ func (s *Store) Expire(ctx context.Context, olderThan time.Time, limit int) (rem
 		limit = DefaultExpireLimit
 	}
 	var n int64
-	err = s.retry(ctx, func(tx *sql.Tx) error {
+	err = s.retry(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		r, err := tx.ExecContext(ctx, s.expireSQL, s.d.timeArg(olderThan), limit)
 		if err != nil {
 			return err

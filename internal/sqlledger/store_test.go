@@ -449,7 +449,7 @@ func testPostgresDeadlockIsRetried(t *testing.T, b backend) {
 	bump := func(id int) Exec {
 		return Exec{Query: `UPDATE pair SET value = value + 1 WHERE id = $1`, Args: []any{id}}
 	}
-	pause := Exec{Query: `SELECT pg_sleep(0.2)`}
+	pause := Exec{Query: `SELECT pg_sleep(1)`} // longer than a new connection takes on a loaded machine
 
 	var wg sync.WaitGroup
 	results := make([]Result, 2)

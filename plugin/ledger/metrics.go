@@ -14,6 +14,11 @@ type metrics struct {
 	releases   *service.MetricCounter // claims given up (the message failed)
 	errors     *service.MetricCounter // messages that could not be checked
 	keys       *service.MetricGauge   // applied keys in the file
+	// SQL only: 1 while a read-write server answers, 0 while start-up or
+	// transactions wait for one; transactions run again (label reason:
+	// unavailable or conflict).
+	sqlAvailable *service.MetricGauge
+	sqlRetries   *service.MetricCounter
 }
 
 // newMetrics registers the metrics; passed and duplicates also feed the
@@ -21,7 +26,7 @@ type metrics struct {
 func newMetrics(mgr *service.Resources, s settings) *metrics {
 	m := mgr.Metrics()
 	sum := &dedup.Summary{Logf: mgr.Logger().Infof, Flag: s.flag, Every: dedup.SummaryInterval}
-	return &metrics{
+	ms := &metrics{
 		passed:     dedup.Counting(m.NewCounter("dedup_ledger_passed"), func(n int64) { sum.Add(n, 0) }),
 		duplicates: dedup.Counting(m.NewCounter("dedup_ledger_duplicates"), func(n int64) { sum.Add(0, n) }),
 		conflicts:  m.NewCounter("dedup_ledger_conflicts"),
@@ -30,4 +35,9 @@ func newMetrics(mgr *service.Resources, s settings) *metrics {
 		errors:     m.NewCounter("dedup_ledger_errors"),
 		keys:       m.NewGauge("dedup_ledger_keys"),
 	}
+	if s.sql != nil {
+		ms.sqlAvailable = m.NewGauge("dedup_ledger_sql_available")
+		ms.sqlRetries = m.NewCounter("dedup_ledger_sql_retries", "reason")
+	}
+	return ms
 }

@@ -24,6 +24,7 @@ const (
 	fieldSQLConnMaxLifetime = "conn_max_lifetime"
 	fieldSQLConnectTimeout  = "connect_timeout"
 	fieldSQLStartupWait     = "startup_wait"
+	fieldSQLTxTimeout       = "transaction_timeout"
 	fieldSQLBusyTimeout     = "busy_timeout"
 	fieldSQLRetry           = "retry"
 	fieldSQLRetryInitial    = "initial_interval"
@@ -72,8 +73,11 @@ func sqlField() *service.ConfigField {
 		service.NewDurationField(fieldSQLConnectTimeout).
 			Description("How long one connection attempt may take, to each host of the DSN (unless the DSN sets `connect_timeout`).").
 			Default("10s").Advanced(),
+		service.NewDurationField(fieldSQLTxTimeout).
+			Description("How long one attempt of a group's transaction may take. Then it is abandoned (its connection closed, which rolls it back unless COMMIT had landed; the ledger rows tell) and run again, as for a server that went away: a server that stops answering without closing the connection (a machine that died, a network partition) would otherwise hold the messages until TCP gives up, which can take hours. Keep it above your slowest `apply`.").
+			Default("30s").Advanced(),
 		service.NewDurationField(fieldSQLStartupWait).
-			Description("How long start-up waits for a read-write server while none answers (refused, starting up, or only a standby not yet promoted), retrying with backoff and logging what it waits for; meanwhile the pipeline is not built, `/ready` does not answer 200 and no message is taken. `0s` waits until a server answers or the process is stopped. Errors no wait fixes stop the start at once: a DSN pgx cannot parse, a wrong password or user, a missing database, a host name that does not resolve, a failing `init_statements` entry.").
+			Description("How long start-up waits for a read-write server while none answers (refused, starting up, or only a standby not yet promoted), retrying with backoff and logging what it waits for; meanwhile the pipeline is not built, `/ready` does not answer 200 and no message is processed or acknowledged (the input may already hold what the broker sends it, unacknowledged). `0s` waits until a server answers or the process is stopped. Errors no wait fixes stop the start at once: a DSN pgx cannot parse, a wrong password or user, a missing database, a host name that does not resolve, a failing `init_statements` entry.").
 			Default("0s").Advanced(),
 		service.NewDurationField(fieldSQLBusyTimeout).
 			Description("SQLite only: how long a transaction waits for another process's lock.").
@@ -122,7 +126,7 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 		field []string
 	}{
 		{&c.ConnMaxLifetime, []string{fieldSQLConnMaxLifetime}}, {&c.ConnectTimeout, []string{fieldSQLConnectTimeout}},
-		{&s.pool.StartupWait, []string{fieldSQLStartupWait}},
+		{&s.pool.StartupWait, []string{fieldSQLStartupWait}}, {&c.TxTimeout, []string{fieldSQLTxTimeout}},
 		{&c.BusyTimeout, []string{fieldSQLBusyTimeout}}, {&c.RetryInitial, []string{fieldSQLRetry, fieldSQLRetryInitial}},
 		{&c.RetryMax, []string{fieldSQLRetry, fieldSQLRetryMax}},
 	}

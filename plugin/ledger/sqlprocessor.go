@@ -50,10 +50,26 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 	// taken. Before the stream exists SIGTERM ends the process at once.
 	pc := s.sql.pool
 	pc.Retention, pc.OnKeys, pc.Logf = s.retention, func(n int64) { p.m.keys.Set(n) }, p.log.Warnf
+	pc.OnAvailable = func(up bool) {
+		if up {
+			p.m.sqlAvailable.Set(1)
+		} else {
+			p.m.sqlAvailable.Set(0)
+		}
+	}
+	pc.OnRetry = func(unavailable bool) {
+		if unavailable {
+			p.m.sqlRetries.Incr(1, "unavailable")
+		} else {
+			p.m.sqlRetries.Incr(1, "conflict")
+		}
+	}
+	pc.OnAvailable(false) // until the pool is open
 	p.sh, err = sqlledger.OpenPool(context.Background(), pc)
 	if err != nil {
 		return nil, err
 	}
+	pc.OnAvailable(true)
 	p.gate.Store = dedup.SQL(p.sh)
 	return p, nil
 }

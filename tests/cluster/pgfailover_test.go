@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +24,15 @@ import (
 //
 // "failover": at about a third of the stream the primary is SIGKILLed;
 // at once a consumer is SIGKILLed and restarted while no server is
-// read-write (it must wait, not exit, and its /ready must not be 200); the
+// read-write (it must wait, not exit, its /ready must not be 200 and its
+// dedup_ledger_sql_available gauge must read 0); the
 // standby is promoted three seconds later; then another consumer is
 // SIGKILLed and restarted. "no kill": the same without any kill.
 //
 // Asserted in both: the counter and the ledger row count on the server
-// that is primary at the end equal the number of distinct events, and no
-// consumer exited on its own. docs/scaling.md reports what it logs.
+// that is primary at the end equal the number of distinct events, no
+// consumer exited on its own, and every consumer's
+// dedup_ledger_sql_available reads 1 at the end. docs/scaling.md reports what it logs.
 func TestConsumerGroupCountsExactlyAcrossALedgerFailover(t *testing.T) {
 	for _, failover := range []bool{false, true} {
 		name := "no kill"
@@ -75,8 +76,8 @@ func runLedgerFailover(t *testing.T, failover bool) {
 		return v
 	}
 
-	stream := duplicated(rng, n)
-	published := publish(t, m.URL(), stream, 20, 40*time.Millisecond)
+	stream := harness.DupStream(rng, n)
+	published := harness.PublishStream(t, m.URL(), stream, 20, 40*time.Millisecond)
 	began := time.Now()
 	if failover {
 		harness.Eventually(t, 90*time.Second, "a third of the events applied", func() bool { return applied() >= n/3 })
@@ -93,6 +94,9 @@ func runLedgerFailover(t *testing.T, failover bool) {
 		}
 		if code := readyStatus(ports[1]); code == http.StatusOK {
 			t.Fatal("/ready of the consumer waiting for a read-write server answered 200")
+		}
+		if v, ok := metric(ports[1], "dedup_ledger_sql_available"); !ok || v != 0 {
+			t.Fatalf("dedup_ledger_sql_available = %v (served: %v) while the consumer waits for a read-write server, want 0", v, ok)
 		}
 		time.Sleep(3 * time.Second)
 		if !late.Running() {
@@ -115,13 +119,21 @@ func runLedgerFailover(t *testing.T, failover bool) {
 	harness.Eventually(t, 90*time.Second, fmt.Sprintf("all %d events applied", n), func() bool { return applied() >= n })
 	time.Sleep(2 * time.Second) // redeliveries after the last kill arrive
 	t.Logf("%d messages (%d distinct events) applied in %s", len(stream), n, time.Since(began).Round(time.Second))
-	var waits, unknown, failed int
+	var waits, back, failed int
 	for _, p := range procs {
 		waits += strings.Count(p.Log(), "has no read-write server answering")
-		unknown += strings.Count(p.Log(), "outcome is unknown")
+		back += strings.Count(p.Log(), "answers again")
 		failed += strings.Count(p.Log(), "the apply transaction of key")
 	}
-	t.Logf("consumer logs: %d \"no read-write server\" lines, %d commits of unknown outcome, %d messages failed (nacked)", waits, unknown, failed)
+	t.Logf("consumer logs: %d \"no read-write server\" lines, %d \"answers again\", %d messages failed (nacked)", waits, back, failed)
+	for i := range procs {
+		avail, _ := metric(ports[i], "dedup_ledger_sql_available")
+		retries, _ := metric(ports[i], "dedup_ledger_sql_retries")
+		t.Logf("consumer %d: dedup_ledger_sql_available %v, dedup_ledger_sql_retries %v", i, avail, retries)
+		if avail != 1 {
+			t.Errorf("consumer %d: dedup_ledger_sql_available = %v at the end, want 1", i, avail)
+		}
+	}
 	for i, p := range procs {
 		if !p.Running() {
 			t.Errorf("consumer %d exited on its own:\n%s", i, tail(p.RunLog(), 20))
@@ -165,6 +177,8 @@ http:
   address: 127.0.0.1:%d
 logger:
   level: INFO
+metrics:
+  prometheus: {}
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -197,6 +211,15 @@ output:
 `, port, url, clientID, filter, dsn)
 }
 
+// metric is the sum of a metric's samples on port's /metrics.
+func metric(port int, name string) (float64, bool) {
+	fams, err := harness.ScrapeMetrics(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return 0, false
+	}
+	return harness.MetricSum(fams, name, nil)
+}
+
 // readyStatus is the HTTP status of /ready on port, 0 if nothing answers.
 func readyStatus(port int) int {
 	c := http.Client{Timeout: 2 * time.Second}
@@ -206,57 +229,4 @@ func readyStatus(port int) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// duplicated is ev-1..ev-n in order, each one to three times, the copies
-// up to ~40 events after the first.
-func duplicated(rng *rand.Rand, n int) []string {
-	type slot struct {
-		at int
-		id string
-	}
-	var slots []slot
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("ev-%d", i)
-		slots = append(slots, slot{i * 10, id})
-		for range rng.IntN(3) {
-			slots = append(slots, slot{i*10 + 1 + rng.IntN(400), id})
-		}
-	}
-	sort.SliceStable(slots, func(a, b int) bool { return slots[a].at < slots[b].at })
-	out := make([]string, len(slots))
-	for i, s := range slots {
-		out[i] = s.id
-	}
-	return out
-}
-
-// publish sends stream to events/in, chunk events at a time with pause
-// after each, from its own goroutine; the channel closes when it is done
-// (or failed, reported with t.Error, or the test ended).
-func publish(t *testing.T, url string, stream []string, chunk int, pause time.Duration) <-chan struct{} {
-	done, stop := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for start := 0; start < len(stream); start += chunk {
-			var events [][]byte
-			for _, id := range stream[start:min(start+chunk, len(stream))] {
-				events = append(events, fmt.Appendf(nil, `{"producer":"sensor-demo","event_id":%q,"delta":1}`, id))
-			}
-			if err := harness.PublishErr(url, "events/in", events); err != nil {
-				t.Errorf("publish events %d..%d: %v", start+1, start+len(events), err)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(pause):
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
-	return done
 }

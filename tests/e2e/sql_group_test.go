@@ -25,7 +25,8 @@ type groupSample struct {
 // TestSQLConsumerGroupScalesAndCountsExactlyUnderKills: a consumer group
 // of 1, 2 and 4 consumer processes on $share/g/events/in, each group on a
 // fresh mosquitto and a fresh database of one PostgreSQL server (ledger
-// and counter in one transaction per event).
+// and counter in one transaction per event), pipeline.threads: 24
+// (cpuThreads).
 //
 // Measured: `measured` distinct events are queued for the group's
 // sessions, then the consumers start; the rate is taken between 10% and
@@ -57,7 +58,7 @@ func TestSQLConsumerGroupScalesAndCountsExactlyUnderKills(t *testing.T) {
 		}
 		cfgs := make([]sqlCounter, k)
 		for i := range k {
-			cfgs[i] = sqlCounter{url: m.URL(), clientID: fmt.Sprintf("group-%d-%d", k, i), topic: filter, driver: "postgres", dsn: dsn, quiet: true}
+			cfgs[i] = sqlCounter{url: m.URL(), clientID: fmt.Sprintf("group-%d-%d", k, i), topic: filter, driver: "postgres", dsn: dsn, quiet: true, threads: cpuThreads}
 		}
 		procs := runConsumers(t, cfgs)
 		s := measureGroup(t, "postgres", dsn, measured, procs, m.Pid(), pg.Pid())
