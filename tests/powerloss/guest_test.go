@@ -138,8 +138,16 @@ func staticBinary(t *testing.T, tags string) string {
 var (
 	binMu     sync.Mutex
 	builtBins = map[string]string{}
-	binDirs   string
+	binDirs   string // removed by TestMain
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDirs != "" {
+		_ = os.RemoveAll(binDirs)
+	}
+	os.Exit(code)
+}
 
 func binDir(t *testing.T) string {
 	if binDirs == "" {
@@ -291,7 +299,9 @@ type drive struct {
 // to a serial port of its own, a file here.
 func boot(t *testing.T, g guest, img string, n int, after string, cut time.Duration, d *drive) cycle {
 	t.Helper()
-	const limit = 3 * time.Minute
+	// Bounds the whole boot: software emulation on a loaded machine took
+	// up to 60 s to reach the scenario and 30 s more to its first ack.
+	const limit = 6 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	dir := t.TempDir()
