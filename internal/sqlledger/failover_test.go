@@ -47,34 +47,59 @@ func TestUnavailableClassification(t *testing.T) {
 	}
 }
 
+// proxied is a fresh database of pg reached through a proxy the test can
+// cut or stall, and its DSN.
+func proxied(t *testing.T, pg *harness.Postgres) (*harness.Proxy, string) {
+	direct := fmt.Sprintf("127.0.0.1:%d", pg.Port())
+	proxy := harness.NewProxy(t, direct)
+	return proxy, strings.Replace(pg.NewDatabase(t), direct, proxy.Addr(), 1)
+}
+
+// logLines collects a store's log lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(f string, a ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(f, a...))
+	l.mu.Unlock()
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(strings.Join(l.lines, "\n"), s)
+}
+
+// outcomesWithin waits for ApplyAll's outcomes on done.
+func outcomesWithin(t *testing.T, done <-chan []Outcome, d time.Duration) []Outcome {
+	t.Helper()
+	select {
+	case outs := <-done:
+		return outs
+	case <-time.After(d):
+		t.Fatalf("ApplyAll did not finish within %s of the server answering again", d)
+		return nil
+	}
+}
+
 // A pool opened while no server answers waits for one, logging what it
 // waits for, instead of failing; once the pool runs, a transaction whose
 // server went away waits for it too and then commits, whole, once.
 func TestPoolWaitsForTheServerAtStartAndWhileRunning(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	proxy := harness.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port()))
-	dsn := strings.Replace(pg.NewDatabase(t), fmt.Sprintf("127.0.0.1:%d", pg.Port()), proxy.Addr(), 1)
+	proxy, dsn := proxied(t, pg)
 	proxy.Cut()
-
-	var mu sync.Mutex
-	var logs []string
-	logf := func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }
-	logged := func(s string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, l := range logs {
-			if strings.Contains(l, s) {
-				return true
-			}
-		}
-		return false
-	}
+	var log logLines
+	logged := log.has
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pc := PoolConfig{
 		Config:   Config{Driver: Postgres, DSN: dsn, Table: "ledger", ConnectTimeout: 2 * time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxRetries: 2},
 		Init:     []string{`CREATE TABLE IF NOT EXISTS counter (value INTEGER NOT NULL)`, `INSERT INTO counter SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM counter)`},
-		MaxBatch: 8, Logf: logf,
+		MaxBatch: 8, Logf: log.logf,
 	}
 	opened := make(chan error, 1)
 	var pool *Pool
@@ -121,12 +146,7 @@ func TestPoolWaitsForTheServerAtStartAndWhileRunning(t *testing.T) {
 	case <-time.After(time.Second): // more than MaxRetries' worth of backoff
 	}
 	proxy.Restore()
-	var outs []Outcome
-	select {
-	case outs = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("ApplyAll did not finish within 30s of the server answering")
-	}
+	outs := outcomesWithin(t, done, 30*time.Second)
 	for i, o := range outs {
 		if o.Err != nil || !o.Inserted {
 			t.Fatalf("entry %d after the outage: %+v", i, o)
@@ -140,7 +160,7 @@ func TestPoolWaitsForTheServerAtStartAndWhileRunning(t *testing.T) {
 		t.Fatalf("counter = %d, ledger rows = %d; want 11 and 2", v, rows)
 	}
 	if !logged("answers again") {
-		t.Errorf("no log line saying the server answers again: %q", logs)
+		t.Errorf("no log line saying the server answers again: %q", log.lines)
 	}
 }
 
@@ -172,18 +192,16 @@ func TestPoolStopsAtOnceOnPermanentErrors(t *testing.T) {
 // its rows).
 func TestTransactionOnASilentServerIsAbandonedAndRetried(t *testing.T) {
 	pg := harness.StartPostgres(t)
-	proxy := harness.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port()))
-	dsn := strings.Replace(pg.NewDatabase(t), fmt.Sprintf("127.0.0.1:%d", pg.Port()), proxy.Addr(), 1)
+	proxy, dsn := proxied(t, pg)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	var logs []string
+	var log logLines
 	pool, err := OpenPool(ctx, PoolConfig{
 		Config: Config{Driver: Postgres, DSN: dsn, Table: "ledger", ConnectTimeout: time.Second, TxTimeout: time.Second,
 			RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxRetries: 2},
 		Init:     []string{`CREATE TABLE counter (value INTEGER NOT NULL)`, `INSERT INTO counter VALUES (0)`},
 		MaxBatch: 8,
-		Logf:     func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() },
+		Logf:     log.logf,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -199,17 +217,10 @@ func TestTransactionOnASilentServerIsAbandonedAndRetried(t *testing.T) {
 	done := make(chan []Outcome, 1)
 	go func() { done <- pool.ApplyAll(ctx, entries) }()
 	harness.Eventually(t, 30*time.Second, "the stalled transaction to be abandoned and retried", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(logs) > 0 && strings.Contains(strings.Join(logs, "\n"), "has no read-write server answering")
+		return log.has("has no read-write server answering")
 	})
 	proxy.Restore()
-	var outs []Outcome
-	select {
-	case outs = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("ApplyAll did not finish within 60s of the server answering again")
-	}
+	outs := outcomesWithin(t, done, 60*time.Second)
 	for i, o := range outs {
 		if o.Err != nil {
 			t.Fatalf("entry %d: %v", i, o.Err)
@@ -222,5 +233,5 @@ func TestTransactionOnASilentServerIsAbandonedAndRetried(t *testing.T) {
 	if v != 11 || rows != 2 {
 		t.Fatalf("counter = %d, ledger rows = %d; want 11 and 2", v, rows)
 	}
-	t.Logf("log: %q", logs)
+	t.Logf("log: %q", log.lines)
 }

@@ -5,12 +5,17 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
+
+// CompareConnsEnv, set to a number N, makes TestSQLConsumerCPUPerEvent also
+// measure this build with sql.max_open_conns: N.
+const CompareConnsEnv = "RELIABLE_MQTT_CPU_CONNS"
 
 // BeforeBinaryEnv names a reliable-mqtt binary built from an earlier
 // commit; TestSQLConsumerCPUPerEvent then measures it too, interleaved.
@@ -25,17 +30,24 @@ const BeforeBinaryEnv = "RELIABLE_MQTT_BEFORE_BIN"
 // consumers start; measureGroup takes the window from 10% to 90% applied.
 //
 // With RELIABLE_MQTT_BEFORE_BIN set, every round measures that binary and
-// this one, alternating, on the same servers, and the ratios are logged.
+// this one, alternating, on the same servers, and the ratios are logged;
+// with RELIABLE_MQTT_CPU_CONNS=N also this one with max_open_conns: N.
 // Asserted: each run applies every event exactly once. The CPU figures
 // are logged, not asserted.
 //
 //	RELIABLE_MQTT_BEFORE_BIN=/tmp/old/reliable-mqtt go test -count=1 -v -run TestSQLConsumerCPUPerEvent ./tests/e2e/
 func TestSQLConsumerCPUPerEvent(t *testing.T) {
 	const n, rounds = 3000, 2
-	type build struct{ name, bin string }
-	builds := []build{{"this", ""}}
+	type build struct {
+		name, bin string
+		conns     int // sql.max_open_conns; 0: the default
+	}
+	builds := []build{{"this", "", 0}}
 	if b := os.Getenv(BeforeBinaryEnv); b != "" {
-		builds = []build{{"before", b}, {"this", ""}}
+		builds = []build{{"before", b, 0}, {"this", "", 0}}
+	}
+	if n, err := strconv.Atoi(os.Getenv(CompareConnsEnv)); err == nil && n > 0 {
+		builds = append(builds, build{fmt.Sprintf("this, max_open_conns %d", n), "", n})
 	}
 	pg := harness.StartPostgresDurable(t)
 	samples := map[string][]groupSample{} // build/driver
@@ -57,7 +69,7 @@ func TestSQLConsumerCPUPerEvent(t *testing.T) {
 				for i := range cfgs {
 					id := fmt.Sprintf("cpu-%d-%d", run, i)
 					harness.Subscribe(t, m.URL(), id, false, filter).Close()
-					cfgs[i] = sqlCounter{url: m.URL(), clientID: id, topic: filter, driver: driver, dsn: dsn, quiet: true, bin: b.bin, threads: cpuThreads}
+					cfgs[i] = sqlCounter{url: m.URL(), clientID: id, topic: filter, driver: driver, dsn: dsn, quiet: true, bin: b.bin, threads: cpuThreads, conns: b.conns}
 				}
 				for from := 1; from <= n; from += 500 {
 					var events [][]byte
@@ -105,7 +117,7 @@ func TestSQLConsumerCPUPerEvent(t *testing.T) {
 			ss := samples[b.name+"/"+driver]
 			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f µs | %.0f µs |\n", b.name, driver, median(ss, rate), median(ss, cons), median(ss, db))
 		}
-		if len(builds) == 2 {
+		if len(samples["before/"+driver]) > 0 {
 			bf, af := samples["before/"+driver], samples["this/"+driver]
 			fmt.Fprintf(&out, "| this / before | %s | %.2f | %.2f | %.2f |\n", driver,
 				median(af, rate)/median(bf, rate), median(af, cons)/median(bf, cons), safeRatio(median(af, db), median(bf, db)))
