@@ -159,7 +159,7 @@ func fillBacklog(b testing.TB, o *Outbox, n int) (first, last uint64) {
 			o.reservedBytes += r.size
 		}
 		o.mu.Unlock()
-		o.commit(batch)
+		o.commit(batch, false)
 		for _, r := range batch {
 			if r.err != nil {
 				b.Fatal(r.err)

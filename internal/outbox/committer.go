@@ -55,7 +55,7 @@ func (o *Outbox) commitLoop() {
 		}
 		for rest := batch; len(rest) > 0; {
 			n := min(len(rest), o.opts.MaxBatch)
-			o.commit(rest[:n])
+			o.commit(rest[:n], false)
 			for _, r := range rest[:n] {
 				r.done <- struct{}{}
 			}
@@ -75,10 +75,11 @@ type delta struct {
 	damaged     []DamagedRecord // moved aside by this attempt
 }
 
-// commit settles every request in batch.
-func (o *Outbox) commit(batch []*request) {
+// commit settles every request in batch. split is set when batch is one
+// part of a group whose transaction failed, so it is not split again.
+func (o *Outbox) commit(batch []*request, split bool) {
 	for _, r := range batch {
-		if r.entry != nil && r.ctx.Err() != nil {
+		if r.entry != nil && !r.settled && r.ctx.Err() != nil {
 			o.settle(r, Record{}, fmt.Errorf("outbox file %s: nothing appended: %w", o.path, r.ctx.Err()))
 		}
 	}
@@ -102,6 +103,17 @@ func (o *Outbox) commit(batch []*request) {
 				o.settle(failure.req, Record{}, failure.err)
 			}
 			continue
+		}
+		if err != nil && !split {
+			if removals, rest := splitRemovals(batch); len(removals) > 0 && len(rest) > 0 {
+				// Removals free space and must not fail with the appends
+				// that share their transaction: on a full disk that would
+				// keep the outbox full for as long as producers keep
+				// trying. Commit them alone first, then the rest.
+				o.commit(removals, true)
+				o.commit(rest, true)
+				return
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("outbox file %s: commit failed, this group is not acknowledged: %w", o.path, err)
@@ -147,6 +159,20 @@ func (o *Outbox) commit(batch []*request) {
 		default:
 		}
 	}
+}
+
+// splitRemovals parts batch into the requests that only delete or move
+// records aside and the rest (appends, and requests already settled, which
+// still need their reservation released).
+func splitRemovals(batch []*request) (removals, rest []*request) {
+	for _, r := range batch {
+		if r.entry == nil && !r.settled {
+			removals = append(removals, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return removals, rest
 }
 
 func (o *Outbox) settle(r *request, rec Record, err error) {

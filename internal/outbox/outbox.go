@@ -24,14 +24,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
@@ -482,10 +484,35 @@ func (o *Outbox) setAside(bad []suspect) error {
 // Remove deletes confirmed records and their event-ID index entries. Seqs
 // that are not pending are ignored. Only the sender calls it, after each
 // record's confirmation (see the package invariant).
+//
+// On a full disk a removal that touches many pages can need more new pages
+// than the file has free (bbolt copies every page it changes), while the
+// same records removed a few at a time fit, and each commit frees pages for
+// the next. So a removal that fails for want of space is split in halves
+// until it commits or one record alone does not fit. (One record can still
+// not fit: removing it from a leaf rewrites the leaf, and bbolt needs a run
+// of free pages as long as the new leaf. The sender retries; in-order
+// removals, which empty whole leaves, then make room.)
 func (o *Outbox) Remove(seqs ...uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
+	err := o.remove1(seqs)
+	if len(seqs) > 1 && errors.Is(err, syscall.ENOSPC) {
+		// In order, each half is a run of neighbours, whose removal
+		// empties whole leaves instead of rewriting them.
+		seqs = slices.Sorted(slices.Values(seqs))
+		half := len(seqs) / 2
+		if err := o.Remove(seqs[:half]...); err != nil {
+			return err
+		}
+		return o.Remove(seqs[half:]...)
+	}
+	return err
+}
+
+// remove1 submits one removal of seqs, committed in one transaction.
+func (o *Outbox) remove1(seqs []uint64) error {
 	r := &request{ctx: context.Background(), seqs: seqs, done: make(chan struct{}, 1)}
 	select {
 	case o.reqs <- []*request{r}:
