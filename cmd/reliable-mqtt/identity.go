@@ -71,12 +71,19 @@ func buildStamp() (ver, built string) {
 	return ver, built
 }
 
+// defaultHTTPAddress is loopback: Benthos listens on every interface by
+// default, and a gateway should not expose its metrics and debug endpoints
+// on its WAN link unless its config says so.
+const defaultHTTPAddress = "127.0.0.1:4195"
+
 // configSchema is Benthos's full schema with our service name as the
-// default `@service` field of every structured log line.
+// default `@service` field of every structured log line, and the HTTP
+// server on loopback unless a config says otherwise.
 func configSchema() *service.ConfigSchema {
 	ver, built := buildStamp()
 	s := service.GlobalEnvironment().FullConfigSchema(ver, built)
 	s.SetFieldDefault(map[string]any{"@service": productName}, "logger", "static_fields")
+	s.SetFieldDefault(defaultHTTPAddress, "http", "address")
 	return s
 }
 
