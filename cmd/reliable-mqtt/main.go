@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"os"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -24,5 +26,6 @@ func main() {
 		service.CLIOptSetMainSchemaFrom(configSchema),
 		service.CLIOptSetDefaultConfigPaths(defaultConfigPaths...),
 		service.CLIOptAddCommand(inspect.OutboxCommand()), service.CLIOptAddCommand(inspect.LedgerCommand()),
+		service.CLIOptAddTeeLogger(slog.New(httpGuard{exit: os.Exit})),
 	)
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,5 +242,34 @@ func TestHTTPServerDefaultsToLoopback(t *testing.T) {
 	out := runCLI(t, "-c", path)
 	if !strings.Contains(out, "Listening for HTTP requests at: http://127.0.0.1:4195") {
 		t.Fatalf("a config without http did not listen on 127.0.0.1:4195:\n%s", out)
+	}
+}
+
+// A process whose HTTP address is taken stops at start, naming the address,
+// instead of running on without /ready and /metrics (Benthos's behaviour).
+func TestHTTPAddressInUseStopsTheProcess(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	path := filepath.Join(t.TempDir(), "idle.yaml")
+	conf := "input:\n  generate:\n    interval: 1s\n    mapping: root = \"x\"\noutput:\n  drop: {}\n"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.Binary(t), "-c", path, "-s", "http.address="+ln.Addr().String())
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("still running after 60 s with its HTTP address taken:\n%s", out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want status 1\n%s", err, out)
+	}
+	if want := "stopping: listen tcp " + ln.Addr().String(); !strings.Contains(string(out), want) {
+		t.Fatalf("output does not say %q:\n%s", want, out)
 	}
 }
