@@ -145,6 +145,7 @@ func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) (ms
 	b.StopTimer()
 	p50, p99 := s.capture.percentiles()
 	reportRate(b, b.N, elapsed, p50, p99)
+	b.ReportMetric(float64(s.capture.windowMax.Load()), "window_max")
 	cpu.report(b)
 	return float64(b.N) / elapsed.Seconds()
 }
