@@ -18,8 +18,8 @@ import (
 const BeforeBinaryEnv = "RELIABLE_MQTT_BEFORE_BIN"
 
 // publisherConfig: a publisher process, generated 100-byte JSON readings
-// (%[2]d of them) into reliable_mqtt_out with confirm: broker, its
-// defaults otherwise, and 64 writes in flight (as BrokerConfirm).
+// (%[2]d of them) into reliable_mqtt_out with confirm: broker and its
+// defaults (64 writes in flight, as BrokerConfirm).
 const publisherConfig = `
 http:
   address: 127.0.0.1:%[1]d
@@ -34,7 +34,6 @@ output:
   reliable_mqtt_out:
     urls: [ "%[4]s" ]
     topic: bench/process
-    max_in_flight: 64
     outbox:
       path: ./outbox.db
 `
