@@ -72,7 +72,8 @@ func BenchmarkPublisherProcess(b *testing.B) {
 				b.Error(err)
 			}
 			m.Kill()
-			b.Logf("round %d, %s: %.0f msgs/s, p50 %.2f ms, p99 %.2f ms", round+1, bd.name, s.rate, s.p50, s.p99)
+			// To stderr: go test keeps only the first lines a benchmark logs.
+			fmt.Fprintf(os.Stderr, "PublisherProcess round %d, %s: %.0f msgs/s, p50 %.2f ms, p99 %.2f ms\n", round+1, bd.name, s.rate, s.p50, s.p99)
 			samples[bd.name] = append(samples[bd.name], s)
 		}
 	}
