@@ -129,6 +129,7 @@ type Outbox struct {
 	reservedN     int   // admitted appends not yet committed
 	reservedBytes int64
 	freed         chan struct{} // closed and replaced whenever space is freed
+	spaceWaiters  int           // appends waiting in reserve for space
 }
 
 // One outbox per file per process: two senders would deliver and remove the
@@ -572,14 +573,22 @@ func (o *Outbox) reserve(ctx context.Context, sz int64) error {
 		}
 		freed := o.freed
 		pending, pendingBytes := o.stats.Pending, o.stats.PendingBytes
+		o.spaceWaiters++
 		o.mu.Unlock()
+		var err error
 		select {
 		case <-freed:
 		case <-o.closing:
-			return fmt.Errorf("outbox file %s: %w while waiting for space", o.path, ErrClosed)
+			err = fmt.Errorf("outbox file %s: %w while waiting for space", o.path, ErrClosed)
 		case <-ctx.Done():
-			return fmt.Errorf("outbox file %s is full (%d records, %d bytes pending; max_pending %d, max_pending_bytes %d); nothing appended: %w",
+			err = fmt.Errorf("outbox file %s is full (%d records, %d bytes pending; max_pending %d, max_pending_bytes %d); nothing appended: %w",
 				o.path, pending, pendingBytes, o.opts.MaxPending, o.opts.MaxPendingBytes, ctx.Err())
+		}
+		o.mu.Lock()
+		o.spaceWaiters--
+		o.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }

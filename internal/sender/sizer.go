@@ -33,6 +33,12 @@ import (
 //     minimum RTT (TCP Vegas's test): once the records it adds only wait
 //     in a queue, it holds. On loopback the floor already keeps a queue (the
 //     broker's CPU is the bottleneck), so the window stays at the floor.
+//   - First round. Until a record sent after the first confirmation is
+//     confirmed, every sample comes from one burst sent together, and one
+//     stall of a loaded machine (a late first PUBACK batch on loopback)
+//     looks like a long, fast link: minimum RTT and rate both high. The
+//     window grows from the second round on, once a record has met the
+//     link alone; on a real long link that costs one round trip.
 //   - Records the application did not supply are not the link's limit: a
 //     sample taken while the window ran dry (app-limited, as BBR names it)
 //     can raise the estimate but never lower it.
@@ -186,7 +192,7 @@ func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
 	switch {
 	case s.cwnd > t:
 		s.cwnd = t
-	case s.cwnd < t && s.srtt < queueLimit*s.minRTT:
+	case s.cwnd < t && s.round > 1 && s.srtt < queueLimit*s.minRTT:
 		s.cwnd++
 	}
 }

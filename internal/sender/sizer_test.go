@@ -20,6 +20,7 @@ type simLink struct {
 	jitter time.Duration                       // uniform in ±jitter
 	app    float64                             // records/s the source supplies; 0: a backlog
 	burst  time.Duration                       // confirmations are released together, every burst
+	stall  time.Duration                       // no confirmation before this sim time (a loaded machine's hiccup)
 }
 
 type simFlight struct {
@@ -104,6 +105,7 @@ func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
 			if l.burst > 0 {
 				confirmAt = start.Add((confirmAt.Sub(start)/l.burst + 1) * l.burst)
 			}
+			confirmAt = later(confirmAt, start.Add(l.stall))
 			lastConfirm = confirmAt
 			queue = append(queue, simFlight{sentAt: now, confirmAt: confirmAt, mark: sz.sent()})
 			sent++
@@ -203,6 +205,17 @@ func TestSizerStaysAtTheFloorOnLoopback(t *testing.T) {
 // records already queue at the floor, so the window stays there.
 func TestSizerStaysAtTheFloorWhenConfirmationsComeInBursts(t *testing.T) {
 	res := simulate(t, simLink{rtt: constRTT(300 * time.Microsecond), rate: constRate(5000), burst: 2 * time.Millisecond}, DefaultWindow, 20*time.Second)
+	if m := res.maxLimit(0); m != initialWindow {
+		t.Errorf("window reached %d, want it to stay at %d", m, initialWindow)
+	}
+}
+
+// A loaded loopback whose first confirmations all come late together (a
+// 9 ms stall, as measured in BrokerConfirm at load 15): the first round
+// looks like a long fast link, but the window waits for the second round,
+// whose latencies show the loopback, and stays at the floor.
+func TestSizerStaysAtTheFloorAfterAStallInTheFirstRound(t *testing.T) {
+	res := simulate(t, simLink{rtt: constRTT(200 * time.Microsecond), rate: constRate(20000), stall: 9 * time.Millisecond}, DefaultWindow, 5*time.Second)
 	if m := res.maxLimit(0); m != initialWindow {
 		t.Errorf("window reached %d, want it to stay at %d", m, initialWindow)
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,9 @@ import (
 )
 
 const (
-	// writers is the number of concurrent producers, and inFlight the
-	// number of unconfirmed publishes the baseline keeps on the wire.
+	// writers is the number of concurrent appenders of
+	// OutboxAppend64Writers, and inFlight the number of unconfirmed
+	// publishes the baseline keeps on the wire.
 	writers  = 64
 	inFlight = 64
 	// waitAll bounds every "until everything is confirmed" wait.
@@ -103,7 +105,7 @@ func BenchmarkOutboxAppend64Writers(b *testing.B) {
 }
 
 // BenchmarkBrokerConfirm: reliable_mqtt_out (outbox on, default window) in an
-// in-process stream fed by 64 concurrent producers, from the first write
+// in-process stream fed by 64 concurrent producers (BENCH_PRODUCERS), from the first write
 // until every record is confirmed by its PUBACK. Latency is the output's
 // own publish-to-confirmation timer.
 func BenchmarkBrokerConfirm(b *testing.B) {
@@ -138,6 +140,7 @@ func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) (ms
 	b.ResetTimer()
 	start := time.Now()
 	produce(b, s.send, b.N)
+	written := time.Since(start)
 	if !s.capture.waitConfirmed(int64(b.N), waitAll) {
 		b.Fatalf("only %d of %d %s within %s", s.capture.confirmed.Load(), b.N, what, waitAll)
 	}
@@ -145,6 +148,10 @@ func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) (ms
 	b.StopTimer()
 	p50, p99 := s.capture.percentiles()
 	reportRate(b, b.N, elapsed, p50, p99)
+	// How fast the producers' writes returned (each after its fsync): when
+	// it is close to msgs/s, the producers, not the link, set the pace.
+	b.ReportMetric(float64(b.N)/written.Seconds(), "written_msgs/s")
+	b.ReportMetric(float64(s.capture.windowMax.Load()), "window_max")
 	cpu.report(b)
 	return float64(b.N) / elapsed.Seconds()
 }
@@ -191,7 +198,7 @@ type stream struct {
 var streamSeq atomic.Int64
 
 // startStream runs reliable_mqtt_out (outbox on, the output's default
-// window unless fields say otherwise, 64 writes in flight) towards url; fields are extra output fields, one "key: value"
+// window unless fields say otherwise, producers() writes in flight) towards url; fields are extra output fields, one "key: value"
 // each. The stream is stopped at cleanup.
 func startStream(b *testing.B, url string, fields ...string) *stream {
 	b.Helper()
@@ -211,7 +218,7 @@ func startStream(b *testing.B, url string, fields ...string) *stream {
   max_in_flight: %d
   outbox: { path: %q }
   reconnect_backoff: { initial_interval: 20ms, max_interval: 100ms }
-`, url, writers, filepath.Join(b.TempDir(), "outbox.db"))
+`, url, producers(), filepath.Join(b.TempDir(), "outbox.db"))
 	for _, f := range fields {
 		conf += "  " + f + "\n"
 	}
@@ -231,12 +238,22 @@ func startStream(b *testing.B, url string, fields ...string) *stream {
 	return &stream{send: send, capture: c}
 }
 
-// produce writes n messages with 64 concurrent producers and returns once
-// every Write has returned.
+// producers is how many writes a stream has in flight (its output's
+// max_in_flight, the output's default 64) and how many goroutines produce
+// into it: BENCH_PRODUCERS=N sets another.
+func producers() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_PRODUCERS")); err == nil && n > 0 {
+		return n
+	}
+	return 64
+}
+
+// produce writes n messages with producers() concurrent producers and
+// returns once every Write has returned.
 func produce(b *testing.B, send service.MessageHandlerFunc, n int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < writers; w++ {
+	for w := 0; w < producers(); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

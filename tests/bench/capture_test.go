@@ -17,11 +17,13 @@ import (
 const (
 	metricConfirmed = "reliable_mqtt_out_confirmed"
 	metricLatency   = "reliable_mqtt_out_confirm_latency_ns"
+	metricWindow    = "reliable_mqtt_out_window"
 )
 
 // capture collects one stream's confirmed count and confirmation latencies.
 type capture struct {
 	confirmed atomic.Int64
+	windowMax atomic.Int64 // the largest window the sender reported
 
 	mu        sync.Mutex
 	latencies []int64
@@ -113,8 +115,16 @@ func (c *capture) NewTimerCtor(name string, _ ...string) service.MetricsExporter
 	}
 }
 
-func (c *capture) NewGaugeCtor(string, ...string) service.MetricsExporterGaugeCtor {
-	return func(...string) service.MetricsExporterGauge { return gaugeFunc(func(int64) {}) }
+func (c *capture) NewGaugeCtor(name string, _ ...string) service.MetricsExporterGaugeCtor {
+	return func(...string) service.MetricsExporterGauge {
+		if name == metricWindow {
+			return gaugeFunc(func(v int64) {
+				for old := c.windowMax.Load(); v > old && !c.windowMax.CompareAndSwap(old, v); old = c.windowMax.Load() {
+				}
+			})
+		}
+		return gaugeFunc(func(int64) {})
+	}
 }
 
 func (c *capture) Close(context.Context) error { return nil }

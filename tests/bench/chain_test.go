@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -107,41 +106,21 @@ func benchChain(b *testing.B, rate float64) float64 {
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 
 	var (
-		fams      map[string]*dto.MetricFamily
-		c0        float64
-		t0, t1    time.Time
 		profiling bool
 		profDone  = make(chan error, 2)
 	)
-	ok := harness.Poll(10*time.Minute, func() bool {
-		f, err := harness.ScrapeMetrics(metricsURL)
-		if err != nil {
-			return false
-		}
-		v, _ := harness.MetricSum(f, "reliable_mqtt_out_confirmed", nil)
-		now := time.Now()
-		if v > 0 && t0.IsZero() {
-			c0, t0 = v, now
-			if path := os.Getenv("BENCH_CPUPROFILE"); path != "" && rate == 0 {
-				// Both processes, 5 s each, during the full-rate run.
-				profiling = true
-				for name, p := range map[string]int{"publisher": port, "bridge": bridgePort} {
-					go func() {
-						profDone <- saveProfile(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=5", p), path+".chain-"+name)
-					}()
-				}
+	onFirst := func() {
+		if path := os.Getenv("BENCH_CPUPROFILE"); path != "" && rate == 0 {
+			// Both processes, 5 s each, during the full-rate run.
+			profiling = true
+			for name, p := range map[string]int{"publisher": port, "bridge": bridgePort} {
+				go func() {
+					profDone <- saveProfile(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=5", p), path+".chain-"+name)
+				}()
 			}
 		}
-		if v >= float64(b.N) {
-			fams, t1 = f, now
-			return true
-		}
-		time.Sleep(80 * time.Millisecond)
-		return false
-	})
-	if !ok {
-		b.Fatalf("the publisher did not confirm %d messages within 10 minutes", b.N)
 	}
+	s := scrapeUntilConfirmed(b, metricsURL, b.N, onFirst)
 	if profiling {
 		for range 2 {
 			if err := <-profDone; err != nil {
@@ -149,18 +128,14 @@ func benchChain(b *testing.B, rate float64) float64 {
 			}
 		}
 	}
-	rateGot := 0.0
-	if t1.After(t0) {
-		rateGot = (float64(b.N) - c0) / t1.Sub(t0).Seconds()
-	}
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(rateGot, "msgs/s")
-	b.ReportMetric(quantileMs(fams, "reliable_mqtt_out_confirm_latency_ns", 0.5), "p50_ms")
-	b.ReportMetric(quantileMs(fams, "reliable_mqtt_out_confirm_latency_ns", 0.99), "p99_ms")
+	b.ReportMetric(s.rate, "msgs/s")
+	b.ReportMetric(s.p50, "p50_ms")
+	b.ReportMetric(s.p99, "p99_ms")
 	if rate > 0 {
 		b.ReportMetric(float64(100*perTick), "offered_msgs/s")
 	}
-	return rateGot
+	return s.rate
 }
 
 // quantileMs reads quantile q of a summary in nanoseconds, as milliseconds
