@@ -227,7 +227,11 @@ var errKeyPresent = errors.New("a key of the group is present")
 // (see the top of this file). It returns errKeyPresent, after rolling
 // back, when one is not; otherwise what pgTx returns.
 func (s *Store) pgTxNew(ctx context.Context, c *pgx.Conn, entries []Entry, applied []int, out []Outcome, nss, ids []string, hashes [][]byte, ats []time.Time) (*stmtFailure, error) {
-	var b pgx.Batch
+	n := 3 // BEGIN, INSERT, COMMIT
+	for _, i := range applied {
+		n += len(entries[i].Stmts)
+	}
+	b := pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	b.Queue("BEGIN")
 	b.Queue(s.pgInsertNewSQL, nss, ids, hashes, ats)
 	for _, i := range applied {
