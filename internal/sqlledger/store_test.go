@@ -452,8 +452,14 @@ func testApplyBatchIsolatesRunTimeFailures(t *testing.T, b backend) {
 	key := func(id string) Key { return Key{Namespace: "n", ID: id} }
 	dupRow := Exec{Query: "INSERT INTO uniq (id) VALUES (1)"}
 	nullValue := Exec{Query: "UPDATE counter SET value = NULL"}
-	check := func(round string, out []Outcome, want []string, counterWant int, rowsWant int64) {
+	// apply runs one group and checks each entry's outcome, then the
+	// counter and the ledger rows.
+	apply := func(round string, entries []Entry, want []string, counterWant int, rowsWant int64) {
 		t.Helper()
+		out, err := s.ApplyBatch(ctx, entries)
+		if err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
 		for i, o := range out {
 			var se *StmtError
 			got := "inserted"
@@ -473,28 +479,17 @@ func testApplyBatchIsolatesRunTimeFailures(t *testing.T, b backend) {
 			t.Fatalf("%s: counter = %d, ledger rows = %d; want %d and %d", round, got, n, counterWant, rowsWant)
 		}
 	}
-	out, err := s.ApplyBatch(ctx, []Entry{
+	apply("new keys", []Entry{
 		{Key: key("1"), Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
 		{Key: key("2"), Stmts: []Exec{incr(b, 100), dupRow}},
 		{Key: key("3"), Stmts: []Exec{incr(b, 1)}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("new keys", out, []string{"inserted", "stmt 1 failed", "inserted"}, 2, 2)
-	out, err = s.ApplyBatch(ctx, []Entry{
+	}, []string{"inserted", "stmt 1 failed", "inserted"}, 2, 2)
+	apply("a present key", []Entry{
 		{Key: key("1"), Hash: []byte("h1"), Stmts: []Exec{incr(b, 1000)}},
 		{Key: key("4"), Stmts: []Exec{incr(b, 100), nullValue}},
 		{Key: key("5"), Stmts: []Exec{incr(b, 1)}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("a present key", out, []string{"present h1", "stmt 1 failed", "inserted"}, 3, 3)
-	if out, err = s.ApplyBatch(ctx, []Entry{{Key: key("6"), Stmts: []Exec{incr(b, 1)}}}); err != nil {
-		t.Fatal(err)
-	}
-	check("new keys again", out, []string{"inserted"}, 4, 4)
+	}, []string{"present h1", "stmt 1 failed", "inserted"}, 3, 3)
+	apply("new keys again", []Entry{{Key: key("6"), Stmts: []Exec{incr(b, 1)}}}, []string{"inserted"}, 4, 4)
 }
 
 // Two messages lock the same two rows in opposite orders; PostgreSQL aborts
