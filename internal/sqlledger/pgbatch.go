@@ -2,28 +2,44 @@ package sqlledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// PostgreSQL's ApplyBatch sends a group's transaction in two round trips
-// instead of four per message (SAVEPOINT, INSERT, statement, RELEASE):
+// PostgreSQL's ApplyBatch sends a group's transaction in one round trip
+// when none of its keys is in the table, the usual case:
 //
-//  1. BEGIN and one INSERT of every key (unnest of arrays, ON CONFLICT DO
-//     NOTHING RETURNING the keys it inserted);
+//	BEGIN; one INSERT of every key (unnest of arrays, no ON CONFLICT);
+//	every statement of every message; COMMIT — pipelined.
+//
+// A key already there fails that INSERT (unique_violation), which aborts
+// the transaction before any statement ran; it is rolled back and the
+// group runs in two round trips, which tell new keys from present ones:
+//
+//  1. BEGIN and one INSERT of every key (ON CONFLICT DO NOTHING RETURNING
+//     the keys it inserted);
 //  2. the stored hashes of the keys that were there already, every
 //     statement of the inserted ones, and COMMIT, pipelined.
 //
-// No savepoints (see ApplyBatch): when a statement fails, the transaction
-// is rolled back and run again without that message.
+// After a group that found a key present the store takes the two round
+// trips until a group finds none (a stream of redeliveries would otherwise
+// pay three). No savepoints (see ApplyBatch): when a statement fails, the
+// transaction is rolled back and run again without that message.
 
 // pgInsertMany inserts the keys of a group; %s = quoted table.
 const pgInsertMany = `INSERT INTO %s ("namespace", "key", "hash", "applied_at")
 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])
 ON CONFLICT ("namespace", "key") DO NOTHING RETURNING "namespace", "key"`
+
+// pgInsertNew inserts the keys of a group that are all expected to be new;
+// one that is present fails it. %s = quoted table.
+const pgInsertNew = `INSERT INTO %s ("namespace", "key", "hash", "applied_at")
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])`
 
 // pgLookupMany reads the hashes of keys; %s = quoted table.
 const pgLookupMany = `SELECT t."namespace", t."key", t."hash" FROM %s t
@@ -103,6 +119,13 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 	for j, i := range applied {
 		nss[j], ids[j], hashes[j], ats[j] = entries[i].Key.Namespace, entries[i].Key.ID, entries[i].Hash, now
 	}
+	if !s.pgKeysSeen.Load() {
+		bad, err := s.pgTxNew(ctx, c, entries, applied, out, nss, ids, hashes, ats)
+		if !errors.Is(err, errKeyPresent) {
+			return bad, err
+		}
+		s.pgKeysSeen.Store(true)
+	}
 	var b1 pgx.Batch
 	b1.Queue("BEGIN")
 	b1.Queue(s.pgInsertSQL, nss, ids, hashes, ats)
@@ -145,16 +168,15 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 	}
 	if len(oldNs) > 0 {
 		b2.Queue(s.pgLookupSQL, oldNs, oldIDs)
+	} else {
+		s.pgKeysSeen.Store(false) // the next group tries one round trip again
 	}
-	type stmtRef struct{ entry, stmt int }
-	var refs []stmtRef
 	for _, i := range applied {
 		if !out[i].Inserted {
 			continue
 		}
-		for j, st := range entries[i].Stmts {
+		for _, st := range entries[i].Stmts {
 			b2.Queue(st.Query, st.Args...)
-			refs = append(refs, stmtRef{i, j})
 		}
 	}
 	b2.Queue("COMMIT")
@@ -186,27 +208,96 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 			return nil, s.pgAbort(ctx, c, fmt.Errorf("look up ledger rows: %w", err))
 		}
 	}
-	for _, r := range refs {
+	for _, i := range applied {
+		if !out[i].Inserted {
+			continue
+		}
+		if bad, err := s.pgStmts(ctx, c, br, entries, i); bad != nil || err != nil {
+			return bad, err
+		}
+	}
+	return nil, s.pgCommit(br)
+}
+
+// errKeyPresent: a key of the group is in the table already; the
+// transaction was rolled back before any statement ran.
+var errKeyPresent = errors.New("a key of the group is present")
+
+// pgTxNew is pgTx in one round trip, for a group whose keys are all new
+// (see the top of this file). It returns errKeyPresent, after rolling
+// back, when one is not; otherwise what pgTx returns.
+func (s *Store) pgTxNew(ctx context.Context, c *pgx.Conn, entries []Entry, applied []int, out []Outcome, nss, ids []string, hashes [][]byte, ats []time.Time) (*stmtFailure, error) {
+	n := 3 // BEGIN, INSERT, COMMIT
+	for _, i := range applied {
+		n += len(entries[i].Stmts)
+	}
+	b := pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
+	b.Queue("BEGIN")
+	b.Queue(s.pgInsertNewSQL, nss, ids, hashes, ats)
+	for _, i := range applied {
+		out[i] = Outcome{Result: Result{Inserted: true}}
+		for _, st := range entries[i].Stmts {
+			b.Queue(st.Query, st.Args...)
+		}
+	}
+	b.Queue("COMMIT")
+	br := c.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, s.pgAbort(ctx, c, fmt.Errorf("begin transaction: %w", err))
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgUniqueViolation {
+			if aerr := s.pgAbort(ctx, c, err); aerr != err {
+				return nil, aerr
+			}
+			return nil, errKeyPresent
+		}
+		return nil, s.pgAbort(ctx, c, fmt.Errorf("insert ledger rows: %w", err))
+	}
+	for _, i := range applied {
+		if bad, err := s.pgStmts(ctx, c, br, entries, i); bad != nil || err != nil {
+			return bad, err
+		}
+	}
+	return nil, s.pgCommit(br)
+}
+
+// pgUniqueViolation is PostgreSQL's SQLSTATE unique_violation.
+const pgUniqueViolation = "23505"
+
+// pgStmts reads the results of entry i's statements from br. On a failure
+// it closes br and rolls back: a statement error is that entry's
+// (stmtFailure), a conflict or a lost server the whole transaction's.
+func (s *Store) pgStmts(ctx context.Context, c *pgx.Conn, br pgx.BatchResults, entries []Entry, i int) (*stmtFailure, error) {
+	for j, st := range entries[i].Stmts {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			if s.d.retryable(err) || s.d.unavailable(err) {
 				return nil, s.pgAbort(ctx, c, err)
 			}
-			st := entries[r.entry].Stmts[r.stmt]
 			if aerr := s.pgAbort(ctx, c, err); aerr != err {
 				return nil, aerr // the rollback failed: the whole transaction is in doubt
 			}
-			return &stmtFailure{entry: r.entry, err: &StmtError{Index: r.stmt, Query: st.Query, Err: err}}, nil
+			return &stmtFailure{entry: i, err: &StmtError{Index: j, Query: st.Query, Err: err}}, nil
 		}
 	}
-	_, err = br.Exec()
+	return nil, nil
+}
+
+// pgCommit reads COMMIT's result, the last of br, and closes br. An error
+// is a commitError: the outcome is unknown.
+func (s *Store) pgCommit(br pgx.BatchResults) error {
+	_, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, &commitError{err}
+		return &commitError{err}
 	}
-	return nil, nil
+	return nil
 }
 
 // pgAbort rolls the open transaction back after err and returns err, or

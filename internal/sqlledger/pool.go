@@ -104,11 +104,7 @@ func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, e
 		id: id, settings: settings, store: st, reqs: make(chan *Request, 4*pc.MaxBatch), max: pc.MaxBatch,
 		claims: claims.New(nil), ctx: wctx, stop: stop,
 	}
-	// One worker per connection: more could only queue for a connection.
-	workers := st.DB().Stats().MaxOpenConnections
-	if workers <= 0 {
-		workers = 8
-	}
+	workers := transactionsAtOnce(st.DB().Stats().MaxOpenConnections)
 	for range workers {
 		sh.workers.Add(1)
 		go sh.work()
@@ -118,6 +114,21 @@ func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, e
 		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
 	}
 	return sh, nil
+}
+
+// transactionsAtOnce is how many workers (group transactions at once) a
+// pool of conns connections runs: one connection stays free for what does
+// not go through a worker (look-ups of claims, expiry, counts), so the
+// default of two runs one transaction at a time. More transactions at once
+// only split the same in-flight messages into smaller groups, and each
+// group pays its round trips and commit (CPU at both ends, per group)
+// whatever its size: with one worker, the messages that arrive while a
+// group commits all form the next one.
+func transactionsAtOnce(conns int) int {
+	if conns <= 0 {
+		return 8 // unlimited connections: database/sql's 0
+	}
+	return max(1, conns-1)
 }
 
 // Backoff between start-up attempts while no read-write server answers.

@@ -57,10 +57,13 @@ type Config struct {
 
 	// MaxOpenConns: 0 means 1 for SQLite (one writer at a time anyway; a
 	// queue in Go is faster and fairer than the busy handler's sleeps) and
-	// 2 for PostgreSQL: one transaction forms while the other commits, so
-	// groups grow with the load; more parallel transactions only split the
-	// same messages into smaller groups, each paying its own round trips
-	// and WAL flush (and on a hot row they queue for its lock anyway).
+	// 2 for PostgreSQL. A Pool runs one group transaction at a time per
+	// connection but one (at least one: the other serves look-ups and
+	// expiry), so PostgreSQL's default runs one: the messages that arrive
+	// while a group commits form the next group. More parallel
+	// transactions only split the same messages into smaller groups, each
+	// paying its own round trips and WAL flush (and on a hot row they
+	// queue for its lock anyway).
 	MaxOpenConns int
 	// MaxIdleConns: 0 means MaxOpenConns.
 	MaxIdleConns int
@@ -131,7 +134,10 @@ type Store struct {
 	lastDownLog atomic.Int64 // UnixNano of the last such log line
 
 	insertSQL, lookupSQL, countSQL, expireSQL string
-	pgInsertSQL, pgLookupSQL                  string // PostgreSQL's ApplyBatch
+	pgInsertSQL, pgInsertNewSQL, pgLookupSQL  string // PostgreSQL's ApplyBatch
+	// pgKeysSeen: the last PostgreSQL group found a key present, so the
+	// next one takes two round trips (pgbatch.go).
+	pgKeysSeen atomic.Bool
 }
 
 func (c *Config) setDefaults() {
@@ -203,6 +209,7 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
 	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
 	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table)
+	s.pgInsertNewSQL = fmt.Sprintf(pgInsertNew, s.table)
 	s.pgLookupSQL = fmt.Sprintf(pgLookupMany, s.table)
 
 	cctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)

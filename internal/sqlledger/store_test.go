@@ -58,6 +58,7 @@ func TestStore(t *testing.T) {
 		{"ExpireRemovesOldestInBoundedBatches", testExpireRemovesOldestInBoundedBatches},
 		{"ExistingTableWithWrongColumnsIsRejected", testWrongColumnsRejected},
 		{"ApplyBatchIsolatesFailingMessage", testApplyBatchIsolatesFailingMessage},
+		{"ApplyBatchIsolatesStatementsFailingAtRunTime", testApplyBatchIsolatesRunTimeFailures},
 	}
 	for _, bh := range behaviours {
 		t.Run(bh.name, func(t *testing.T) {
@@ -436,6 +437,59 @@ func testApplyBatchIsolatesFailingMessage(t *testing.T, b backend) {
 	if got, n := counter(t, s), count(t, s); got != 112 || n != 4 {
 		t.Fatalf("counter = %d, ledger rows = %d; want 112 and 4", got, n)
 	}
+}
+
+// Statements that prepare but fail when they run, in a group of new keys
+// (PostgreSQL: the one-round-trip path) and in a group with a present key
+// (the two-round-trip path): a unique violation of the message's own
+// INSERT must not be taken for a present ledger key, and a NOT NULL
+// violation fails its message only. A clean group after them applies.
+func testApplyBatchIsolatesRunTimeFailures(t *testing.T, b backend) {
+	ctx := testCtx(t)
+	s := newStore(t, b, nil)
+	exec(t, s, `CREATE TABLE uniq (id INTEGER PRIMARY KEY)`)
+	exec(t, s, `INSERT INTO uniq (id) VALUES (1)`)
+	key := func(id string) Key { return Key{Namespace: "n", ID: id} }
+	dupRow := Exec{Query: "INSERT INTO uniq (id) VALUES (1)"}
+	nullValue := Exec{Query: "UPDATE counter SET value = NULL"}
+	// apply runs one group and checks each entry's outcome, then the
+	// counter and the ledger rows.
+	apply := func(round string, entries []Entry, want []string, counterWant int, rowsWant int64) {
+		t.Helper()
+		out, err := s.ApplyBatch(ctx, entries)
+		if err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+		for i, o := range out {
+			var se *StmtError
+			got := "inserted"
+			switch {
+			case errors.As(o.Err, &se):
+				got = fmt.Sprintf("stmt %d failed", se.Index)
+			case o.Err != nil:
+				got = "error: " + o.Err.Error()
+			case !o.Inserted:
+				got = "present " + string(o.ExistingHash)
+			}
+			if got != want[i] {
+				t.Fatalf("%s, entry %d: %s; want %s", round, i, got, want[i])
+			}
+		}
+		if got, n := counter(t, s), count(t, s); got != counterWant || n != rowsWant {
+			t.Fatalf("%s: counter = %d, ledger rows = %d; want %d and %d", round, got, n, counterWant, rowsWant)
+		}
+	}
+	apply("new keys", []Entry{
+		{Key: key("1"), Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
+		{Key: key("2"), Stmts: []Exec{incr(b, 100), dupRow}},
+		{Key: key("3"), Stmts: []Exec{incr(b, 1)}},
+	}, []string{"inserted", "stmt 1 failed", "inserted"}, 2, 2)
+	apply("a present key", []Entry{
+		{Key: key("1"), Hash: []byte("h1"), Stmts: []Exec{incr(b, 1000)}},
+		{Key: key("4"), Stmts: []Exec{incr(b, 100), nullValue}},
+		{Key: key("5"), Stmts: []Exec{incr(b, 1)}},
+	}, []string{"present h1", "stmt 1 failed", "inserted"}, 3, 3)
+	apply("new keys again", []Entry{{Key: key("6"), Stmts: []Exec{incr(b, 1)}}}, []string{"inserted"}, 4, 4)
 }
 
 // Two messages lock the same two rows in opposite orders; PostgreSQL aborts

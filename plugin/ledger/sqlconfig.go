@@ -62,7 +62,7 @@ func sqlField() *service.ConfigField {
 			Description("At most this many messages, from all pipeline threads, share one transaction (a failing message rolls back alone: with SQLite in its own savepoint, with PostgreSQL the transaction runs again without it). Messages can only be grouped while they wait in the processor together: set `pipeline.threads` to at least the broker's in-flight window for the consumer (Mosquitto's `max_inflight_messages`, default 20).").
 			Default(64).Advanced(),
 		service.NewIntField(fieldSQLMaxOpen).
-			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 2 for PostgreSQL. It is also how many transactions run at once: fewer transactions group more messages each (see docs/scaling.md).").
+			Description("Maximum open connections; `0` means 1 for SQLite (one writer at a time anyway) and 2 for PostgreSQL. One fewer (at least one) is how many group transactions run at once; the other connection serves look-ups and expiry. Fewer transactions group more messages each, and a group costs its round trips and its commit whatever its size (see docs/scaling.md).").
 			Default(0).Advanced(),
 		service.NewIntField(fieldSQLMaxIdle).
 			Description("Maximum idle connections; `0` means `max_open_conns`.").

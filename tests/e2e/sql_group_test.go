@@ -105,7 +105,11 @@ func runConsumers(t *testing.T, cfgs []sqlCounter) []*harness.Proc {
 	t.Helper()
 	procs := make([]*harness.Proc, len(cfgs))
 	for i, cfg := range cfgs {
-		procs[i] = harness.RunPipeline(t, cfg.yaml(), harness.ProcOptions{Binary: cfg.bin})
+		o := harness.ProcOptions{Binary: cfg.bin}
+		if cfg.env != "" {
+			o.Env = []string{cfg.env}
+		}
+		procs[i] = harness.RunPipeline(t, cfg.yaml(), o)
 		if i == 0 && !procs[0].WaitForLog("Output type drop is now active", 60*time.Second) {
 			t.Fatalf("consumer %s did not start its pipeline within 60s", cfg.clientID)
 		}

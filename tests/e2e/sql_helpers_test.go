@@ -41,6 +41,8 @@ type sqlCounter struct {
 	conns int
 	// bin, if set, is the binary to run (a build of another commit).
 	bin string
+	// env, if set, is NAME=VALUE added to the consumer's environment.
+	env string
 	// debugPort, if set, serves Benthos's HTTP API with /debug/pprof there.
 	debugPort int
 }
