@@ -19,7 +19,8 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/eclipse/paho.golang/paho/session/state"
-	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // MQTT 5 on the low-level paho.golang client (not autopaho: the Client's
@@ -66,7 +67,7 @@ type v5Conn struct {
 	net     net.Conn // what paho writes to; packets lock it per packet
 	pinger  *paho.DefaultPinger
 	limits  ServerLimits
-	log     *service.Logger // nil-safe
+	log     Logger
 
 	mu    sync.Mutex
 	queue []*v5Token    // publications not yet written, in call order
@@ -79,7 +80,7 @@ var _ Conn = (*v5Conn)(nil)
 func (c *v5Conn) Limits() ServerLimits { return c.limits }
 
 // Publish sends one message and waits, bounded by ctx, for its completion.
-func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
+func (c *v5Conn) Publish(ctx context.Context, p mqttmsg.Publication) error {
 	if !c.Alive() {
 		return ErrNotConnected
 	}
@@ -93,7 +94,7 @@ func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
 // and so is 0x10 (no matching subscribers) with p.RequireSubscribers.
 // The queue holds what the caller has started and not seen complete, so
 // the caller's own window (the sender's) bounds its memory.
-func (c *v5Conn) PublishAsync(p Publication) Token {
+func (c *v5Conn) PublishAsync(p mqttmsg.Publication) Token {
 	if !c.Alive() {
 		return failedToken{ErrNotConnected}
 	}
@@ -113,7 +114,7 @@ func (c *v5Conn) PublishAsync(p Publication) Token {
 }
 
 // packet builds the PUBLISH for p and refuses what the server disallows.
-func (c *v5Conn) packet(p Publication) (*packets.Publish, error) {
+func (c *v5Conn) packet(p mqttmsg.Publication) (*packets.Publish, error) {
 	if p.QoS > 2 {
 		return nil, fmt.Errorf("mqtt: QoS %d does not exist (0, 1 or 2)", p.QoS)
 	}
@@ -154,7 +155,7 @@ func packetSize(pb *packets.Publish) int {
 }
 
 // packetProperties converts Properties to the packet's; never nil.
-func packetProperties(p *Properties) *packets.Properties {
+func packetProperties(p *mqttmsg.Properties) *packets.Properties {
 	out := &packets.Properties{}
 	if p == nil {
 		return out
@@ -176,13 +177,13 @@ func packetProperties(p *Properties) *packets.Properties {
 }
 
 // messageProperties converts received PUBLISH properties to Properties.
-func messageProperties(p *paho.PublishProperties) *Properties {
-	out := &Properties{}
+func messageProperties(p *paho.PublishProperties) *mqttmsg.Properties {
+	out := &mqttmsg.Properties{}
 	if p == nil {
 		return out
 	}
 	for _, u := range p.User {
-		out.User = append(out.User, UserProperty{Key: u.Key, Value: u.Value})
+		out.User = append(out.User, mqttmsg.UserProperty{Key: u.Key, Value: u.Value})
 	}
 	out.ContentType = p.ContentType
 	out.ResponseTopic = p.ResponseTopic
@@ -480,17 +481,17 @@ func reasonName(code byte) string {
 type v5Message struct {
 	conn  *v5Conn
 	p     *paho.Publish
-	props *Properties
+	props *mqttmsg.Properties
 	acked atomic.Bool // Ack sends at most once, as paho.mqtt.golang's does
 }
 
-func (m *v5Message) Topic() string           { return m.p.Topic }
-func (m *v5Message) Qos() byte               { return m.p.QoS }
-func (m *v5Message) MessageID() uint16       { return m.p.PacketID }
-func (m *v5Message) Duplicate() bool         { return m.p.Duplicate() }
-func (m *v5Message) Retained() bool          { return m.p.Retain }
-func (m *v5Message) Payload() []byte         { return m.p.Payload }
-func (m *v5Message) Properties() *Properties { return m.props }
+func (m *v5Message) Topic() string                   { return m.p.Topic }
+func (m *v5Message) Qos() byte                       { return m.p.QoS }
+func (m *v5Message) MessageID() uint16               { return m.p.PacketID }
+func (m *v5Message) Duplicate() bool                 { return m.p.Duplicate() }
+func (m *v5Message) Retained() bool                  { return m.p.Retain }
+func (m *v5Message) Payload() []byte                 { return m.p.Payload }
+func (m *v5Message) Properties() *mqttmsg.Properties { return m.props }
 
 // Ack sends the PUBACK/PUBREC now under Options.ManualAck (paho already
 // acknowledged it otherwise). An ack for a message of a lost connection

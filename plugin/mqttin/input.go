@@ -51,8 +51,10 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 const (
@@ -122,7 +124,7 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 ### MQTT 3.1.1 and MQTT 5
 
 Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` reads the event ID from user properties and leaves the payload bytes alone; received properties become metadata (above); `+"`receive_buffer_size`"+` is sent as Receive Maximum; `+"`session_expiry_interval`"+` bounds how long the broker keeps the session.`).
-		Fields(mqttclient.ConnectionFields()...).
+		Fields(mqttconf.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
 				Description("MQTT client ID. Required and stable: it names the persistent session that keeps subscriptions and queued messages across restarts. Two processes with one ID take the session from each other.").
@@ -159,12 +161,12 @@ Every field and option applies to both protocol versions unless its description 
 				Description("When set (requires `envelope: ingress`, `delivery` or `properties`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
 		).
-		Fields(mqttclient.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
+		Fields(mqttconf.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
 		Fields(
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
-			mqttclient.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
+			mqttconf.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
 		LintRule(inputLintRule).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
@@ -242,7 +244,7 @@ type settings struct {
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
-	if s.client, err = mqttclient.ParseConfig(conf); err != nil {
+	if s.client, err = mqttconf.ParseConfig(conf); err != nil {
 		return s, err
 	}
 	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
@@ -286,7 +288,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
+	if s.envelope, err = mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
 		return s, err
 	}
 	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
@@ -294,7 +296,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	// Receive Maximum: as many unacknowledged messages as can wait here.
 	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
-	onMalformed, err := mqttclient.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
+	onMalformed, err := mqttconf.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
 	if err != nil {
 		return s, err
 	}
@@ -310,7 +312,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
 		}
 	}
-	keys, err := mqttclient.ParseAckAuthKeys(conf)
+	keys, err := mqttconf.ParseAckAuthKeys(conf)
 	if err != nil {
 		return s, err
 	}
@@ -323,7 +325,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
 	}
-	if s.retry, err = mqttclient.ParseBackoff(conf, fieldRetry); err != nil {
+	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
 	if s.ackPublishTimeout <= 0 {
@@ -399,7 +401,7 @@ func (i *input) Connect(ctx context.Context) error {
 				}
 				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
 			},
-		}, mqttclient.Options{ManualAck: true, Logger: i.log})
+		}, mqttconf.ClientOptions(i.log, true))
 		if err != nil {
 			i.mu.Unlock()
 			return err
@@ -593,7 +595,7 @@ func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
 			return err
 		}
 	}
-	if err := conn.Publish(ctx, mqttclient.Publication{Topic: i.s.ackTopic, QoS: 1, Payload: payload}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: i.s.ackTopic, QoS: 1, Payload: payload}); err != nil {
 		i.m.ackPublishFails.Incr(1)
 		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, i.s.ackTopic, err)
 	}
@@ -646,8 +648,8 @@ func (i *input) linkContext(conn mqttclient.Conn) context.Context {
 
 // propsOf returns the MQTT 5 properties of a received message (nil on
 // 3.1.1); every message the client delivers is an mqttclient.Message.
-func propsOf(m inbox.Message) *mqttclient.Properties {
-	if pm, ok := m.(interface{ Properties() *mqttclient.Properties }); ok {
+func propsOf(m inbox.Message) *mqttmsg.Properties {
+	if pm, ok := m.(interface{ Properties() *mqttmsg.Properties }); ok {
 		return pm.Properties()
 	}
 	return nil
