@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 )
 
 // Message is one received PUBLISH (mqttclient.Message satisfies it).
@@ -84,9 +86,9 @@ type Config struct {
 	ReceiveBufferSize int           // at least 1
 	ReplayTimeout     time.Duration // positive
 	ReplayBufferSize  int           // 0 = unbounded
-	// RetryInitial and RetryMax bound the backoff of a rejected delivery: it
-	// starts at RetryInitial and doubles per attempt up to RetryMax.
-	RetryInitial, RetryMax time.Duration
+	// Retry is the delay before a rejected delivery is read again: it
+	// grows with the delivery's failed attempts.
+	Retry backoff.Backoff
 }
 
 // Delivery is one received PUBLISH on its way through the pipeline. A
@@ -462,11 +464,7 @@ func (in *Inbox) dropOldestQoS0() {
 // dropped instead: the broker redelivers it on the next connection.
 func (in *Inbox) Retry(d *Delivery) {
 	d.attempts++
-	wait := in.s.RetryInitial
-	for i := 1; i < d.attempts && wait < in.s.RetryMax; i++ {
-		wait = min(wait*2, in.s.RetryMax)
-	}
-	d.due = time.Now().Add(wait)
+	d.due = time.Now().Add(in.s.Retry.After(d.attempts))
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed || (d.qos() > 0 && (d.cs.gone || !d.cs.conn.Alive())) {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 )
 
 // The inbox's collaborators, played by the test: a connection the test can
@@ -134,8 +136,8 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	if cfg.ReplayTimeout == 0 {
 		cfg.ReplayTimeout = time.Minute
 	}
-	if cfg.RetryInitial == 0 {
-		cfg.RetryInitial, cfg.RetryMax = time.Second, 4*time.Second
+	if cfg.Retry.Initial == 0 {
+		cfg.Retry = backoff.Backoff{Initial: time.Second, Max: 4 * time.Second}
 	}
 	f := &fixture{t: t, m: &testMetrics{}, log: &testLog{}}
 	f.in = New(cfg, f.m.metrics(), f.log)
@@ -352,7 +354,7 @@ func TestReplayOverflowClosesConnectionWithoutAcks(t *testing.T) {
 }
 
 func TestRetryBackoffDoublesAndRetriesGoFirst(t *testing.T) {
-	f := newFixture(t, Config{CleanSession: true, RetryInitial: time.Second, RetryMax: 3 * time.Second})
+	f := newFixture(t, Config{CleanSession: true, Retry: backoff.Backoff{Initial: time.Second, Max: 3 * time.Second}})
 	c := newConn()
 	f.send(c, "a/x", 1, 1, false)
 	d := f.next()

@@ -378,7 +378,7 @@ func (c *Client) Close(ctx context.Context) error {
 
 func (c *Client) loop() {
 	defer close(c.done)
-	delay := c.cfg.Reconnect.Initial
+	failures := 0 // consecutive failed attempts (and drops): the backoff's step
 	for {
 		select {
 		case <-c.closing:
@@ -387,13 +387,14 @@ func (c *Client) loop() {
 		}
 		conn, err := c.connect()
 		if err != nil {
+			failures++
+			delay := c.cfg.Reconnect.After(failures)
 			c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.cfg.URLs, delay, err)
 			select {
 			case <-time.After(delay):
 			case <-c.closing:
 				return
 			}
-			delay = c.cfg.Reconnect.Next(delay)
 			continue
 		}
 		c.setCurrent(conn)
@@ -404,16 +405,16 @@ func (c *Client) loop() {
 			c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
 			conn.disconnect(false)
 			if conn.base().dropReason() == nil {
-				delay = c.cfg.Reconnect.Initial
+				failures = 0
 				continue
 			}
 			// A dropped connection counts as a failed attempt: back off.
+			failures++
 			select {
-			case <-time.After(delay):
+			case <-time.After(c.cfg.Reconnect.After(failures)):
 			case <-c.closing:
 				return
 			}
-			delay = c.cfg.Reconnect.Next(delay)
 		case <-c.closing:
 			c.setCurrent(nil)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.

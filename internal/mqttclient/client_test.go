@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -19,7 +20,7 @@ func config(urls ...string) mqttclient.Config {
 		ClientID:       "mqttclient-test",
 		KeepAlive:      5 * time.Second,
 		ConnectTimeout: 2 * time.Second,
-		Reconnect:      mqttclient.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		Reconnect:      backoff.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
@@ -31,7 +32,7 @@ type Config struct {
 	Will           *Will
 	// Reconnect is the delay between connection attempts; the client never
 	// gives up on its own.
-	Reconnect    Backoff
+	Reconnect    backoff.Backoff
 	CleanSession bool
 	// ProtocolVersion is V311 (also the zero value) or V5.
 	ProtocolVersion string

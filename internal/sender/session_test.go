@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
@@ -75,7 +76,7 @@ func TestSessionReportsTheWindowAndLogsAServerLimitOnce(t *testing.T) {
 	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
 	log := &lockedLog{}
 	conn := &instantConn{receiveMax: 2, lost: make(chan struct{})}
-	sd := New(Config{Window: 64, PublishTimeout: time.Minute, Retry: mqttclient.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
+	sd := New(Config{Window: 64, PublishTimeout: time.Minute, Retry: backoff.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
 		ob, oneConn{conn}, NewAckQueue(), NewIgnoredACKs(m, log), m, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	go sd.Run(ctx)

@@ -44,6 +44,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
@@ -240,7 +241,7 @@ type settings struct {
 	ackTopic          string
 	ackAuthKey        []byte // nil: plain reliomq v1 ACKs
 	ackPublishTimeout time.Duration
-	retry             mqttclient.Backoff
+	retry             backoff.Backoff
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
@@ -370,8 +371,7 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		ReceiveBufferSize: s.receiveBufferSize,
 		ReplayTimeout:     s.replayTimeout,
 		ReplayBufferSize:  s.replayBufferSize,
-		RetryInitial:      s.retry.Initial,
-		RetryMax:          s.retry.Max,
+		Retry:             s.retry,
 	}
 	in := inbox.New(cfg, &m.inbox, mgr.Logger())
 	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()),

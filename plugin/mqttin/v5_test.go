@@ -9,6 +9,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -56,7 +57,7 @@ func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttmsg.P
 	tr, err := mqttclient.Start(mqttclient.Config{
 		URLs: []string{url}, ClientID: "v5-test-publisher", CleanSession: true, ProtocolVersion: mqttclient.V5,
 		KeepAlive: 30 * time.Second, ConnectTimeout: 5 * time.Second,
-		Reconnect: mqttclient.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+		Reconnect: backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 	}, mqttclient.Handlers{}, mqttclient.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
@@ -255,7 +256,7 @@ type settings struct {
 	window          int
 	ackTimeout      time.Duration
 	publishTimeout  time.Duration
-	retry           mqttclient.Backoff
+	retry           backoff.Backoff
 	maxPayloadBytes int
 	statsInterval   time.Duration
 	enc             codec.Encoding // from envelope, confirm, data_topic and max_payload_bytes

@@ -54,7 +54,7 @@ func TestEnginesAndWirePackagesLinkNoBenthos(t *testing.T) {
 	for _, pkg := range []string{
 		"internal/mqttmsg", "internal/codec", "internal/properties",
 		"internal/mqttclient", "internal/sender", "internal/inbox",
-		"internal/envelope", "internal/outbox",
+		"internal/envelope", "internal/outbox", "internal/backoff",
 	} {
 		for _, d := range deps(t, pkg) {
 			if strings.HasPrefix(d, "github.com/redpanda-data/benthos/") {

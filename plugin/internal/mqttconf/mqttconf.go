@@ -17,6 +17,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
@@ -242,8 +243,8 @@ func BackoffField(name, description, initialDefault, maxDefault string) *service
 }
 
 // ParseBackoff reads a field declared with BackoffField and checks it.
-func ParseBackoff(pc *service.ParsedConfig, name string) (mqttclient.Backoff, error) {
-	var b mqttclient.Backoff
+func ParseBackoff(pc *service.ParsedConfig, name string) (backoff.Backoff, error) {
+	var b backoff.Backoff
 	var err error
 	if b.Initial, err = pc.FieldDuration(name, "initial_interval"); err != nil {
 		return b, err
