@@ -12,7 +12,6 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -91,109 +90,6 @@ type Config struct {
 	Retry backoff.Backoff
 }
 
-// Delivery is one received PUBLISH on its way through the pipeline. A
-// rejected delivery goes round again (a new attempt, see Retry) until it
-// succeeds (Complete) or its connection is lost.
-type Delivery struct {
-	Msg Message
-	Sub string // the configured filter that matched
-	// Decoded is the caller's own reading of Msg (e.g. a decoded envelope),
-	// kept across attempts; the inbox never looks at it.
-	Decoded any
-
-	cs       *connState
-	entry    *ackEntry // its place in the connection's ack order; nil for QoS 0
-	attempts int       // failed attempts so far
-	due      time.Time // when a rejected delivery may be read again
-}
-
-func (d *Delivery) qos() byte { return d.Msg.Qos() }
-
-// Conn is the connection the message arrived on.
-func (d *Delivery) Conn() Conn { return d.cs.conn }
-
-// Stale reports whether the broker redelivers d on a later connection
-// anyway: a QoS 1/2 message whose connection is lost must not be processed.
-func (d *Delivery) Stale() bool { return d.qos() > 0 && !d.cs.conn.Alive() }
-
-// ackEntry is one QoS 1/2 message in a connection's ack order.
-type ackEntry struct {
-	msg  Message
-	done bool // the pipeline (or ordinary routing) is finished with it
-}
-
-// connState is what the inbox knows about one connection: its ack order
-// and its startup replay.
-type connState struct {
-	conn    Conn
-	pubrecs *pubrecs // the session's open QoS 2 exchanges
-	m       *Metrics
-
-	// mu guards the ack order.
-	//
-	// Invariant (MQTT 3.1.1 §4.6): PUBACK/PUBREC packets leave in the order
-	// their PUBLISHes arrived. seq holds every QoS 1/2 message that will be
-	// acknowledged, in receive order; an entry's ack is sent only when it
-	// and every entry before it are done, by one sender at a time. Messages
-	// that are never acknowledged (held and dropped in startup replay) are
-	// not in seq, so they do not block the others.
-	mu      sync.Mutex
-	seq     []*ackEntry
-	sending bool
-	// inflight holds the packet IDs received and not yet acknowledged. The
-	// broker cannot reuse such an ID, so a PUBLISH carrying one is a
-	// retransmission and must not be delivered a second time.
-	inflight map[uint16]struct{}
-
-	// Guarded by Inbox.mu.
-	held       []*Delivery // unmatched messages kept unacknowledged during startup replay
-	replayOver bool        // the replay timeout passed (or replay never applies): ordinary routing
-	timer      *time.Timer
-	gone       bool // lost or closed fail-closed: every later message is ignored, its state is discarded
-}
-
-// complete marks e done and sends every ack that is now due, in order.
-// It is safe to call from any goroutine, including paho's network reader.
-func (cs *connState) complete(e *ackEntry, m *Metrics) {
-	cs.mu.Lock()
-	e.done = true
-	if cs.sending {
-		cs.mu.Unlock() // the active sender will pick it up
-		return
-	}
-	cs.sending = true
-	for {
-		var due []*ackEntry
-		for len(cs.seq) > 0 && cs.seq[0].done {
-			due = append(due, cs.seq[0])
-			cs.seq[0] = nil
-			cs.seq = cs.seq[1:]
-		}
-		if len(due) == 0 {
-			cs.sending = false
-			cs.mu.Unlock()
-			return
-		}
-		cs.mu.Unlock()
-		// Ack outside the lock: paho may block briefly while its writer is
-		// busy. On a lost connection the ack goes nowhere, on purpose: the
-		// broker redelivers the message on the next connection.
-		if cs.conn.Alive() {
-			for _, d := range due {
-				d.msg.Ack()
-				if d.msg.Qos() == 2 {
-					cs.pubrecs.sent(d.msg.MessageID())
-				}
-			}
-			m.Acked.Incr(int64(len(due)))
-		}
-		cs.mu.Lock()
-		for _, d := range due {
-			delete(cs.inflight, d.msg.MessageID())
-		}
-	}
-}
-
 // Inbox sits between the client's network reader and the pipeline's Read.
 // OnMessage must never block, so everything it does is a few slice
 // operations under mu.
@@ -250,39 +146,6 @@ func (in *Inbox) stateFor(conn Conn) *connState {
 	in.conns[conn] = cs
 	go in.watch(cs)
 	return cs
-}
-
-// watch discards a connection's state when it is lost: its held messages
-// and its queued or retrying QoS 1/2 deliveries, all unacknowledged, which
-// the broker redelivers on the next connection. QoS 0 messages have no
-// redelivery and stay.
-func (in *Inbox) watch(cs *connState) {
-	<-cs.conn.Lost()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	cs.gone = true
-	if cs.timer != nil {
-		cs.timer.Stop()
-	}
-	cs.held = nil
-	delete(in.conns, cs.conn)
-	in.setHeldGauge()
-	in.queue = dropConn(in.queue, cs)
-	in.retries = dropConn(in.retries, cs)
-	in.setQueueGauges()
-}
-
-// dropConn removes the QoS 1/2 deliveries of cs from ds.
-func dropConn(ds []*Delivery, cs *connState) []*Delivery {
-	out := ds[:0]
-	for _, d := range ds {
-		if d.cs == cs && d.qos() > 0 {
-			continue
-		}
-		out = append(out, d)
-	}
-	clear(ds[len(out):])
-	return out
 }
 
 // OnPubrel ends a QoS 2 exchange. It runs on the network reader.
@@ -355,75 +218,6 @@ func (in *Inbox) OnMessage(conn Conn, msg Message) {
 	}
 }
 
-// appendSeq puts a QoS 1/2 message at the end of its connection's ack
-// order. Called in receive order, from OnMessage only.
-func (in *Inbox) appendSeq(cs *connState, e *ackEntry) {
-	if e == nil {
-		return
-	}
-	cs.mu.Lock()
-	cs.seq = append(cs.seq, e)
-	cs.mu.Unlock()
-}
-
-// hold keeps an unmatched message of a resumed session, unacknowledged,
-// until the replay timeout. Caller holds mu.
-func (in *Inbox) hold(cs *connState, d *Delivery) {
-	limit := in.s.ReplayBufferSize
-	if limit > 0 && len(cs.held) >= limit {
-		in.failClosed(cs, d)
-		return
-	}
-	cs.held = append(cs.held, d)
-	in.setHeldGauge()
-	in.m.HeldTotal.Incr(1)
-	if cs.timer == nil {
-		// Measured from the first held message and never extended.
-		cs.timer = time.AfterFunc(in.s.ReplayTimeout, func() { in.endReplay(cs) })
-	}
-}
-
-// failClosed closes a connection whose unmatched replay overflowed
-// session_replay_buffer_size, acknowledging nothing: the messages stay in
-// the broker's session. Caller holds mu.
-func (in *Inbox) failClosed(cs *connState, d *Delivery) {
-	cs.gone = true
-	if cs.timer != nil {
-		cs.timer.Stop()
-	}
-	n := len(cs.held)
-	cs.held = nil
-	in.setHeldGauge()
-	in.m.ReplayOverflows.Incr(1)
-	err := fmt.Errorf("startup replay overflow: more than session_replay_buffer_size (%d) messages of the resumed session of client %q match none of topics %v (the latest on %q); closing the connection without acknowledging any of them, so they stay queued at the broker. Add the topics they belong to, raise session_replay_buffer_size (0 = unbounded), or clear the old subscriptions of this session",
-		in.s.ReplayBufferSize, in.s.ClientID, in.s.Topics, d.Msg.Topic())
-	in.log.Errorf("%v (%d held messages discarded locally)", err, n)
-	cs.conn.Drop(err)
-}
-
-// endReplay runs when a connection's replay timeout expires. Subscriptions
-// never change after connect, so no held message has gained a recipient:
-// every held message is dropped locally, without PUBACK or PUBREC, and the
-// connection switches to ordinary routing.
-func (in *Inbox) endReplay(cs *connState) {
-	in.mu.Lock()
-	if cs.gone {
-		in.mu.Unlock()
-		return
-	}
-	cs.replayOver = true
-	dropped := cs.held
-	cs.held = nil
-	in.setHeldGauge()
-	in.mu.Unlock()
-	if len(dropped) == 0 {
-		return
-	}
-	in.m.DroppedUnacked.Incr(int64(len(dropped)))
-	in.log.Warnf("session_replay_timeout (%s) passed: dropping %d held messages (first on topic %q) locally without acknowledging them, since they match none of topics %v. The broker keeps QoS 1/2 ones and redelivers them on the next resumed connection; until then they occupy its in-flight window",
-		in.s.ReplayTimeout, len(dropped), dropped[0].Msg.Topic(), in.s.Topics)
-}
-
 // enqueue hands a deliverable message to Next.
 func (in *Inbox) enqueue(d *Delivery) {
 	in.mu.Lock()
@@ -456,40 +250,6 @@ func (in *Inbox) dropOldestQoS0() {
 			in.qos0Dropped, in.qos0WarnedAt = 0, time.Now()
 		}
 		return
-	}
-}
-
-// Retry schedules a rejected delivery for another attempt after a backoff
-// that doubles per attempt. A QoS 1/2 delivery of a lost connection is
-// dropped instead: the broker redelivers it on the next connection.
-func (in *Inbox) Retry(d *Delivery) {
-	d.attempts++
-	d.due = time.Now().Add(in.s.Retry.After(d.attempts))
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.closed || (d.qos() > 0 && (d.cs.gone || !d.cs.conn.Alive())) {
-		return
-	}
-	if d.qos() == 0 {
-		// QoS 0 has no broker window: bound its retries like its queue.
-		if in.qos0Retrying >= in.s.ReceiveBufferSize {
-			in.m.QoS0Dropped.Incr(1)
-			in.log.Warnf("Dropping a rejected QoS 0 message on topic %q: %d QoS 0 messages already wait for a retry (receive_buffer_size)", d.Msg.Topic(), in.qos0Retrying)
-			return
-		}
-		in.qos0Retrying++
-	}
-	in.m.Retried.Incr(1)
-	in.retries = append(in.retries, d)
-	in.signal()
-}
-
-// Complete marks the pipeline done with d and sends every PUBACK/PUBREC of
-// its connection that is now due, in receive order. QoS 0 has none. Safe
-// from any goroutine.
-func (d *Delivery) Complete() {
-	if d.entry != nil {
-		d.cs.complete(d.entry, d.cs.m)
 	}
 }
 
@@ -570,16 +330,6 @@ func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 			return nil, err
 		}
 	}
-}
-
-// setHeldGauge reports the messages held now across connections. Caller
-// holds mu.
-func (in *Inbox) setHeldGauge() {
-	n := 0
-	for _, cs := range in.conns {
-		n += len(cs.held)
-	}
-	in.m.Held.Set(int64(n))
 }
 
 // setQueueGauges reports the queue split at ReceiveBufferSize: up to it
