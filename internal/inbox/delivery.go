@@ -1,6 +1,10 @@
 package inbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+)
 
 // Delivery is one received PUBLISH on its way through the pipeline. A
 // rejected delivery goes round again (a new attempt, see Retry) until it
@@ -8,9 +12,9 @@ import "time"
 type Delivery struct {
 	Msg Message
 	Sub string // the configured filter that matched
-	// Decoded is the caller's own reading of Msg (e.g. a decoded envelope),
-	// kept across attempts; the inbox never looks at it.
-	Decoded any
+	// Decoded is Msg's envelope, decoded at its first Read and kept across
+	// attempts; nil before.
+	Decoded *codec.Decoded
 
 	cs       *connState
 	entry    *ackEntry // its place in the connection's ack order; nil for QoS 0

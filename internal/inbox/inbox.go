@@ -3,10 +3,12 @@
 // to a configured filter, suppresses retransmissions of packets still in
 // flight (and of QoS 2 packets PUBREC'd and awaiting their PUBREL), holds
 // unmatched messages of a resumed session during startup replay, queues and
-// retries deliveries, and sends PUBACK/PUBREC strictly in receive order; its
-// ResumeLog reports what a resumed session brought. It knows neither
-// Benthos nor paho: the plugin hands it connections and messages through
-// the small Conn and Message interfaces.
+// retries deliveries, decodes their envelopes (internal/codec), settles
+// each attempt in the promised order (delivery hooks, then the end-to-end
+// ACK, then the PUBACK: settle.go) and sends PUBACK/PUBREC strictly in
+// receive order; its ResumeLog reports what a resumed session brought. It
+// knows neither Benthos nor paho: the plugin hands it connections and
+// messages through the small Conn and Message interfaces.
 package inbox
 
 import (
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // Message is one received PUBLISH (mqttclient.Message satisfies it).
@@ -26,6 +29,8 @@ type Message interface {
 	Duplicate() bool
 	Retained() bool
 	Payload() []byte
+	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
+	Properties() *mqttmsg.Properties
 	// Ack sends the message's PUBACK (QoS 1) or PUBREC (QoS 2).
 	Ack()
 }
@@ -40,6 +45,9 @@ type Conn interface {
 	Lost() <-chan struct{}
 	// Drop closes the connection on purpose without blocking.
 	Drop(reason error)
+	// Publish sends one message and waits, bounded by ctx, for its
+	// completion (the PUBACK of an end-to-end ACK).
+	Publish(ctx context.Context, p mqttmsg.Publication) error
 }
 
 // Logger is what the inbox logs through (Benthos's *service.Logger fits).
@@ -74,6 +82,10 @@ type Metrics struct {
 	Held            Gauge   // messages held now
 	Buffered        Gauge   // messages waiting for Next, up to ReceiveBufferSize
 	Backlog         Gauge   // unacknowledged messages beyond ReceiveBufferSize
+	Rejected        Counter // attempts the pipeline (or a hook, or the ACK publish) failed
+	Malformed       Counter // envelopes that failed to decode (dropped or flagged)
+	AcksPublished   Counter // end-to-end ACKs published to Ack.Topic
+	AckPublishFails Counter // end-to-end ACKs that could not be published
 }
 
 // Config is what the inbox needs of the input's configuration.
@@ -88,6 +100,13 @@ type Config struct {
 	// Retry is the delay before a rejected delivery is read again: it
 	// grows with the delivery's failed attempts.
 	Retry backoff.Backoff
+	// Envelope is how Read decodes a payload: a codec mode (codec.None,
+	// also ""; Ingress, Delivery, Properties).
+	Envelope string
+	// FlagMalformed delivers a malformed envelope with Decoded.Err set;
+	// otherwise Read acknowledges and drops it.
+	FlagMalformed bool
+	Ack           EndToEnd // end-to-end ACKs; zero: none
 }
 
 // Inbox sits between the client's network reader and the pipeline's Read.
@@ -298,8 +317,10 @@ func (in *Inbox) Next(now time.Time) (_ *Delivery, wake <-chan struct{}, nextDue
 var ErrClosed = errors.New("inbox closed")
 
 // Read waits, bounded by ctx, for the next delivery that is not stale (a
-// stale one is skipped: the broker redelivers it on the next connection).
-// It returns ErrClosed once Close was called.
+// stale one is skipped: the broker redelivers it on the next connection),
+// its envelope decoded (Decoded); a malformed one is dropped unless
+// FlagMalformed (see dropMalformed). It returns ErrClosed once Close was
+// called.
 func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 	for {
 		d, wake, nextDue, closed := in.Next(time.Now())
@@ -307,7 +328,7 @@ func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 			return nil, ErrClosed
 		}
 		if d != nil {
-			if d.Stale() {
+			if d.Stale() || in.dropMalformed(d) {
 				continue
 			}
 			return d, nil

@@ -3,9 +3,10 @@
 // the pipeline is done with it.
 //
 // This package is the Benthos glue (spec, constructor, lifecycle, metrics,
-// end-to-end ACKs); envelope decoding lives in internal/codec, and the ack
-// order, packet-ID tracking, startup-replay hold, retry queue and resume log
-// in internal/inbox.
+// metadata); envelope decoding lives in internal/codec, and the order in
+// which an attempt ends (delivery hooks, end-to-end ACK, PUBACK, or a
+// retry: inbox.Settle), the ack order, packet-ID tracking, startup-replay
+// hold, retry queue and resume log in internal/inbox.
 //
 // # Delivery hooks (for processor authors)
 //
@@ -49,10 +50,8 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
@@ -372,10 +371,31 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		ReplayTimeout:     s.replayTimeout,
 		ReplayBufferSize:  s.replayBufferSize,
 		Retry:             s.retry,
+		Envelope:          s.envelope,
+		FlagMalformed:     s.flagMalformed,
 	}
-	in := inbox.New(cfg, &m.inbox, mgr.Logger())
-	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()),
-		retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}, nil
+	i := &input{s: s, log: mgr.Logger(), m: m, retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}
+	if s.ackTopic != "" {
+		cfg.Ack = inbox.EndToEnd{Topic: s.ackTopic, AuthKey: s.ackAuthKey, Timeout: s.ackPublishTimeout, Ready: i.ready}
+	}
+	i.in = inbox.New(cfg, &m.inbox, mgr.Logger())
+	i.resumed = inbox.NewResumeLog(cfg, mgr.Logger())
+	return i, nil
+}
+
+// ready waits, bounded by ctx, for the client's ready connection.
+func (i *input) ready(ctx context.Context) (inbox.Conn, error) {
+	i.mu.Lock()
+	client := i.client
+	i.mu.Unlock()
+	if client == nil {
+		return nil, mqttclient.ErrNotConnected
+	}
+	conn, err := client.WaitReady(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Connect starts the client (once) and waits, bounded, for a connection
@@ -455,37 +475,12 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 		if err != nil {
 			return nil, nil, err
 		}
-		if !i.dropMalformed(d) {
-			msg, ack := i.attempt(d)
-			return msg, ack, nil
+		if d.Decoded.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
+			i.warnRetained(d.Msg.Topic(), d.Decoded.EventID)
 		}
+		msg, ack := i.attempt(d)
+		return msg, ack, nil
 	}
-}
-
-// dropMalformed decodes d at its first Read and, with on_malformed: drop,
-// acknowledges and drops a malformed envelope; it reports whether it did.
-func (i *input) dropMalformed(d *inbox.Delivery) bool {
-	dec, ok := d.Decoded.(*codec.Decoded)
-	if !ok {
-		dec = codec.Decode(i.s.envelope, d.Msg.Topic(), d.Msg.Payload(), propsOf(d.Msg))
-		d.Decoded = dec
-		if dec.Err != nil {
-			i.m.malformed.Incr(1)
-			what := "dropped and acknowledged (on_malformed: drop)"
-			if i.s.flagMalformed {
-				what = "delivered flagged with an error (on_malformed: flag)"
-			}
-			i.log.Warnf("%v; %s", dec.Err, what)
-		}
-	}
-	if dec.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
-		i.warnRetained(d.Msg.Topic(), dec.EventID)
-	}
-	if dec.Err == nil || i.s.flagMalformed {
-		return false
-	}
-	d.Complete()
-	return true
 }
 
 // warnRetained warns that an envelope arrived retained: the broker sends
@@ -500,9 +495,10 @@ func (i *input) warnRetained(topic, eventID string) {
 }
 
 // attempt builds one delivery attempt: a fresh message with a fresh hook
-// list in its context, and the AckFunc that settles it.
+// list in its context, and the AckFunc that hands its result to the
+// inbox (inbox.Settle: hooks, end-to-end ACK, PUBACK, or a retry).
 func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
-	dec := d.Decoded.(*codec.Decoded) // set by dropMalformed
+	dec := d.Decoded // set by Read
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
 	msg := service.NewMessage(append([]byte(nil), dec.Body...))
@@ -512,7 +508,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.Msg.Retained()))
 	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
 	msg.MetaSetMut(metaSubscription, d.Sub)
-	properties.Metadata(propsOf(d.Msg), msg.MetaSetMut)
+	properties.Metadata(d.Msg.Properties(), msg.MetaSetMut)
 	if dec.EventID != "" {
 		msg.MetaSetMut(metaEventID, dec.EventID)
 	}
@@ -531,7 +527,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 			if i.beginAck() {
 				defer i.acking.Done()
 			}
-			i.settle(ctx, d, hooks, result)
+			i.in.Settle(ctx, d, hooks, result)
 		})
 		return nil
 	}
@@ -540,7 +536,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 
 // beginAck counts an acknowledgement in progress, for Close to wait on.
 // Once Close has begun it counts nothing and returns false: the ack still
-// settles, but nothing waits for it, so no acking.Add races with Close's
+// runs to its end, but nothing waits for it, so no acking.Add races with Close's
 // acking.Wait.
 func (i *input) beginAck() bool {
 	i.mu.Lock()
@@ -550,57 +546,6 @@ func (i *input) beginAck() bool {
 	}
 	i.acking.Add(1)
 	return true
-}
-
-// settle runs the hooks, then (on success) the end-to-end ACK, then the
-// broker acknowledgement, in that order; any failure leaves the message
-// unacknowledged and schedules another attempt.
-func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hooks, result error) {
-	if err := hooks.Run(ctx, result); err != nil && result == nil {
-		result = fmt.Errorf("delivery hook failed: %w", err)
-	}
-	if result == nil && i.s.ackTopic != "" && d.Decoded.(*codec.Decoded).EventID != "" {
-		result = i.publishAck(ctx, d)
-	}
-	if result != nil {
-		i.m.rejected.Incr(1)
-		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
-		i.in.Retry(d)
-		return
-	}
-	failpoint.Hit(failpoint.BeforeSourceAck)
-	d.Complete()
-}
-
-// publishAck publishes the end-to-end ACK on the connection the message
-// came from, so that it precedes the source's PUBACK on the wire. QoS 0
-// messages have no PUBACK to order; their ACK uses the current connection.
-func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
-	eventID := d.Decoded.(*codec.Decoded).EventID
-	payload, err := codec.AckPayload(eventID, i.s.ackAuthKey)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
-	defer cancel()
-	conn := d.Conn().(mqttclient.Conn) // the connection the message arrived on
-	if d.Msg.Qos() == 0 {
-		i.mu.Lock()
-		client := i.client
-		i.mu.Unlock()
-		if client == nil {
-			return mqttclient.ErrNotConnected
-		}
-		if conn, err = client.WaitReady(ctx); err != nil {
-			return err
-		}
-	}
-	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: i.s.ackTopic, QoS: 1, Payload: payload}); err != nil {
-		i.m.ackPublishFails.Incr(1)
-		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, i.s.ackTopic, err)
-	}
-	i.m.acksPublished.Incr(1)
-	return nil
 }
 
 // Close stops routing, waits (bounded) for acknowledgements in progress,
@@ -644,13 +589,4 @@ func (i *input) linkContext(conn mqttclient.Conn) context.Context {
 		i.link.conn, i.link.ctx = conn, ctx
 	}
 	return i.link.ctx
-}
-
-// propsOf returns the MQTT 5 properties of a received message (nil on
-// 3.1.1); every message the client delivers is an mqttclient.Message.
-func propsOf(m inbox.Message) *mqttmsg.Properties {
-	if pm, ok := m.(interface{ Properties() *mqttmsg.Properties }); ok {
-		return pm.Properties()
-	}
-	return nil
 }
