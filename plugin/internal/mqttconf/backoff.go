@@ -1,20 +1,10 @@
-package mqttclient
+package mqttconf
 
 import (
-	"fmt"
-	"time"
-
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 )
-
-// Backoff is a delay that starts at Initial and doubles up to Max: the
-// reconnect loop, the output's resends and the input's retries share it.
-type Backoff struct {
-	Initial, Max time.Duration
-}
-
-// Next returns the delay that follows d.
-func (b Backoff) Next(d time.Duration) time.Duration { return min(d*2, b.Max) }
 
 // BackoffField declares an object field with `initial_interval` and
 // `max_interval`. description says what the delay is between.
@@ -26,8 +16,8 @@ func BackoffField(name, description, initialDefault, maxDefault string) *service
 }
 
 // ParseBackoff reads a field declared with BackoffField and checks it.
-func ParseBackoff(pc *service.ParsedConfig, name string) (Backoff, error) {
-	var b Backoff
+func ParseBackoff(pc *service.ParsedConfig, name string) (backoff.Backoff, error) {
+	var b backoff.Backoff
 	var err error
 	if b.Initial, err = pc.FieldDuration(name, "initial_interval"); err != nil {
 		return b, err
@@ -35,12 +25,5 @@ func ParseBackoff(pc *service.ParsedConfig, name string) (Backoff, error) {
 	if b.Max, err = pc.FieldDuration(name, "max_interval"); err != nil {
 		return b, err
 	}
-	return b, b.check(name)
-}
-
-func (b Backoff) check(name string) error {
-	if b.Initial <= 0 || b.Max < b.Initial {
-		return fmt.Errorf("%s: initial_interval must be positive and max_interval at least initial_interval", name)
-	}
-	return nil
+	return b, b.Check(name)
 }
