@@ -138,7 +138,7 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 		}
 	}
 	if err := l.db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta).Get(keyChecksums) == nil {
+		if tx.Bucket(bucketMeta).Get(boltfile.KeyChecksums) == nil {
 			return errors.New("no checksums mark")
 		}
 		return nil

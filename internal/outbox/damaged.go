@@ -16,9 +16,6 @@ import (
 var (
 	bucketDamaged = []byte("outbox/damaged")
 	keyDamaged    = []byte("damaged")
-	// keyChecksums is present once every record in the file carries a
-	// checksum: set when the outbox is created, or after upgradeRecords.
-	keyChecksums = []byte("checksums")
 )
 
 // upgradeBatch bounds the records rewritten per upgrade transaction.
@@ -110,7 +107,7 @@ func (o *Outbox) upgradeRecords() error {
 		rec := view.record(seqFromKey(k))
 		return tx.Bucket(bucketRecords).Put(k, encodeRecord(&rec))
 	}, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
 	if err != nil {
 		return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)

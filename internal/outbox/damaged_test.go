@@ -190,7 +190,7 @@ func TestOutboxWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 	}
 	// Every value now carries a checksum, and the file says so.
 	if err := o.db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta).Get(keyChecksums) == nil {
+		if tx.Bucket(bucketMeta).Get(boltfile.KeyChecksums) == nil {
 			return fmt.Errorf("no checksums mark")
 		}
 		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {

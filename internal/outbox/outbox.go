@@ -149,7 +149,7 @@ func Open(path string, opts Options) (*Outbox, error) {
 	// refused: at worst it resends confirmed records, or misses the last
 	// group appended, and refusing would stop the records it does hold.
 	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: true, Create: func(tx *bolt.Tx) error {
-		_, err := createBuckets(tx)
+		_, err := layout.CreateIn(tx)
 		return err
 	}})
 	if err != nil {
@@ -184,54 +184,39 @@ func Open(path string, opts Options) (*Outbox, error) {
 	return o, nil
 }
 
-// load reads the counters and client ID, creating the buckets and the ID
-// only in a file that has none of them (a new file is created with them;
-// this is an outbox added to a ledger's file). An existing outbox is not
+// section is the outbox's part of a shared file. An existing outbox is not
 // written at open, so it can be opened and drained on a full disk — except
 // once, to add checksums to the records of a file written before they
 // existed.
+func (o *Outbox) section() boltfile.Section {
+	s := layout
+	s.Check, s.Upgrade, s.Verify = o.checkPending, o.upgradeRecords, o.checkCount
+	return s
+}
+
+// layout is the outbox's buckets, created with its client ID.
+var layout = boltfile.Section{
+	Name:     "outbox",
+	Buckets:  [][]byte{bucketRecords, bucketIDs, bucketMeta},
+	Init:     initClientID,
+	Complete: func(meta *bolt.Bucket) bool { return meta.Get(keyClientID) != nil },
+}
+
+// checkPending: the pending counter moves with the records, so a counter
+// without them is damage.
+func (o *Outbox) checkPending(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if k, _ := tx.Bucket(bucketRecords).Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
+		return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
+	}
+	return nil
+}
+
+// load readies the outbox's buckets (section) and reads the counters and
+// client ID.
 func (o *Outbox) load() error {
-	ready, checksummed, some := false, false, false
-	err := o.file.View(func(tx *bolt.Tx) error {
-		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
-		some = records != nil || meta != nil || tx.Bucket(bucketIDs) != nil
-		if records == nil || tx.Bucket(bucketIDs) == nil || meta == nil || meta.Get(keyClientID) == nil {
-			return nil
-		}
-		// The buckets and the ID are created in one transaction, and the
-		// pending counter moves with the records: a part without the rest
-		// is damage, not an outbox to start afresh.
-		if k, _ := records.Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
-			return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
-		}
-		checksummed = meta.Get(keyChecksums) != nil
-		ready = true
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
-	}
-	if !ready && some {
-		return fmt.Errorf("opening outbox file %s: %w", o.path, &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("it holds only part of an outbox (buckets %q, %q, %q and a client ID are created together): the rest was lost to damage", bucketRecords, bucketIDs, bucketMeta)})
-	}
-	if !ready {
-		err := o.file.Update(func(tx *bolt.Tx) (err error) {
-			checksummed, err = createBuckets(tx)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("opening outbox file %s: %w", o.path, err)
-		}
-	}
-	if !checksummed {
-		if err := o.upgradeRecords(); err != nil {
-			return err
-		}
-	}
-	if o.file.Verified() {
-		if err := o.checkCount(); err != nil {
-			return err
-		}
+	if err := o.file.OpenSection(o.section()); err != nil {
+		return err
 	}
 	return o.file.View(func(tx *bolt.Tx) error {
 		o.loadFrom(tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
@@ -239,33 +224,16 @@ func (o *Outbox) load() error {
 	})
 }
 
-// createBuckets makes the buckets and the client ID of a new outbox, marked
-// as checksummed.
-func createBuckets(tx *bolt.Tx) (checksummed bool, err error) {
-	records, err := tx.CreateBucketIfNotExists(bucketRecords)
-	if err != nil {
-		return false, err
+// initClientID generates the MQTT client ID of a new outbox, once.
+func initClientID(meta *bolt.Bucket) error {
+	if meta.Get(keyClientID) != nil {
+		return nil
 	}
-	if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
-		return false, err
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
 	}
-	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-	if err != nil {
-		return false, err
-	}
-	if meta.Get(keyClientID) == nil {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return false, err
-		}
-		if err := meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:]))); err != nil {
-			return false, err
-		}
-	}
-	if records.Stats().KeyN == 0 {
-		return true, meta.Put(keyChecksums, []byte{1})
-	}
-	return meta.Get(keyChecksums) != nil, nil
+	return meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:])))
 }
 
 func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {

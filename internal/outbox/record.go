@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
 
 // Record is one message waiting in the outbox for its confirmation.
@@ -40,12 +41,6 @@ const (
 	crcLen          = 4
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func recordCRC(key, body []byte) uint32 {
-	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body)
-}
-
 func encodeRecord(r *Record) []byte {
 	n := headerLen + 2*binary.MaxVarintLen64 + len(r.EventID) + len(r.Topic) + len(r.Payload) + crcLen
 	b := make([]byte, headerLen, n)
@@ -56,7 +51,7 @@ func encodeRecord(r *Record) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.Topic)))
 	b = append(b, r.Topic...)
 	b = append(b, r.Payload...)
-	return binary.BigEndian.AppendUint32(b, recordCRC(seqKey(r.Seq), b))
+	return binary.BigEndian.AppendUint32(b, boltfile.Checksum(seqKey(r.Seq), b))
 }
 
 // recordView is a decoded record whose slices still point into the stored
@@ -98,7 +93,7 @@ func decodeRecord(key, b []byte, legacy bool) (recordView, error) {
 			return v, errShort
 		}
 		body := b[:len(b)-crcLen]
-		if got, want := recordCRC(key, body), binary.BigEndian.Uint32(b[len(body):]); got != want {
+		if got, want := boltfile.Checksum(key, body), binary.BigEndian.Uint32(b[len(body):]); got != want {
 			return v, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
 		}
 		b = body
