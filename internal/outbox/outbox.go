@@ -24,7 +24,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"sync"
 	"time"
 
@@ -32,6 +31,8 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
@@ -129,12 +130,9 @@ type Outbox struct {
 	freed         chan struct{} // closed and replaced whenever space is freed
 }
 
-// One outbox per file per process: two senders would deliver and remove the
-// same records.
-var (
-	inUseMu sync.Mutex
-	inUse   = map[string]bool{}
-)
+// outboxes holds the process's open outboxes by file path: one per file,
+// never shared, since two senders would deliver and remove the same records.
+var outboxes registry.Registry[*Outbox]
 
 // Open opens (or creates) the outbox in the bbolt file at path. The file's
 // directory must exist.
@@ -155,15 +153,19 @@ func Open(path string, opts Options) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening outbox: %w", err)
 	}
-	inUseMu.Lock()
-	if inUse[f.Path()] {
-		inUseMu.Unlock()
-		_ = f.Release()
-		return nil, fmt.Errorf("outbox file %s is already used by another reliable_mqtt_out in this process; give each output its own outbox path", f.Path())
+	refuse := func(*Outbox) error {
+		return fmt.Errorf("outbox file %s is already used by another reliable_mqtt_out in this process; give each output its own outbox path", f.Path())
 	}
-	inUse[f.Path()] = true
-	inUseMu.Unlock()
+	o, err := outboxes.Acquire(f.Path(), refuse, func() (*Outbox, error) { return open(f, opts) })
+	if err != nil {
+		_ = f.Release()
+		return nil, err
+	}
+	return o, nil
+}
 
+// open starts the outbox in the file f.
+func open(f *boltfile.File, opts Options) (*Outbox, error) {
 	o := &Outbox{
 		file:          f,
 		db:            f.DB(),
@@ -176,8 +178,6 @@ func Open(path string, opts Options) (*Outbox, error) {
 		freed:         make(chan struct{}),
 	}
 	if err := o.load(); err != nil {
-		o.unregister()
-		_ = f.Release()
 		return nil, err
 	}
 	go o.commitLoop()
@@ -470,9 +470,7 @@ func (o *Outbox) Remove(seqs ...uint64) error {
 func (o *Outbox) Close() error {
 	o.closeOnce.Do(func() {
 		close(o.closing)
-		select {
-		case <-o.committerDone:
-		case <-time.After(closeTimeout):
+		if !shutdown.Wait(closeTimeout, o.committerDone) {
 			o.closeErr = fmt.Errorf("outbox file %s: a commit did not finish within %s; the file is left open", o.path, closeTimeout)
 			return
 		}
@@ -493,11 +491,7 @@ func (o *Outbox) isClosed() bool {
 	}
 }
 
-func (o *Outbox) unregister() {
-	inUseMu.Lock()
-	delete(inUse, o.path)
-	inUseMu.Unlock()
-}
+func (o *Outbox) unregister() { outboxes.Release(o.path, o) }
 
 // reserve admits an append of sz bytes, waiting while the outbox is full.
 // Admitted appends count against the limits until the committer settles

@@ -15,6 +15,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Config is what the sender needs of the output's configuration.
@@ -88,13 +89,16 @@ func New(s Config, ob *outbox.Outbox, client mqttclient.Transport, acks *AckQueu
 }
 
 // Wait blocks until Run has returned and the last removals are written.
+// It gives up when ctx ends or after shutdown.Send.
 func (sd *Sender) Wait(ctx context.Context) error {
-	select {
-	case <-sd.done:
+	if shutdown.Until(ctx, shutdown.Send, sd.done) {
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("outbox sender did not stop in time: %w", ctx.Err())
 	}
+	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded
+	}
+	return fmt.Errorf("outbox sender did not stop in time: %w", err)
 }
 
 // Run sends until ctx ends.
