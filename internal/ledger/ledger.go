@@ -236,7 +236,7 @@ func (l *Ledger) Close() error {
 
 // Lookup reports whether key is applied, and with which payload hash. For
 // tests and tools; the pipeline uses Claim.
-func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err error) {
+func (l *Ledger) Lookup(key claims.Key) (applied bool, hash [32]byte, at time.Time, err error) {
 	var e Entry
 	err = l.file.View(func(tx *bolt.Tx) error {
 		var err error
@@ -255,12 +255,9 @@ func (l *Ledger) isClosed() bool {
 	}
 }
 
-// Key names one effect (the type both ledgers share). In the file the pair
-// is encoded with the namespace's length first, so ("a","bc") and
-// ("ab","c") never collide.
-type Key = claims.Key
-
-func encodeKey(k Key) ([]byte, error) {
+// encodeKey is a key as the file stores it: the namespace's length first,
+// so ("a","bc") and ("ab","c") never collide.
+func encodeKey(k claims.Key) ([]byte, error) {
 	if k.ID == "" {
 		return nil, errors.New("dedup key is empty")
 	}

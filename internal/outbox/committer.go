@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
@@ -38,7 +39,7 @@ type request struct {
 type entryFailure struct {
 	req  *request
 	err  error
-	skip bool // a participant returned ErrSkip: settle with success, nothing appended
+	skip bool // a participant returned commit.ErrAlreadyApplied: settle with success, nothing appended
 }
 
 func (e *entryFailure) Error() string { return e.err.Error() }
@@ -253,7 +254,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 
 	for _, p := range e.Participants {
 		if err := runParticipant(p, tx); err != nil {
-			if errors.Is(err, ErrSkip) {
+			if errors.Is(err, commit.ErrAlreadyApplied) {
 				return &entryFailure{req: r, err: err, skip: true}
 			}
 			return &entryFailure{req: r, err: fmt.Errorf("outbox file %s: event %q not appended: a transaction participant failed: %w", o.path, e.EventID, err)}

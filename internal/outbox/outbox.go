@@ -30,7 +30,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -45,11 +44,6 @@ var (
 	keyPendingBytes = []byte("pending_bytes")
 	keyClientID     = []byte("client_id")
 )
-
-// ErrSkip, returned by a participant, means the entry's effect already
-// happened: nothing is appended and Append returns nil. It is the commit
-// package's sentinel, so a participant's answer reaches the outbox as is.
-var ErrSkip = commit.ErrAlreadyApplied
 
 // ErrEventIDConflict means the event ID is already pending with a different
 // topic or payload.
@@ -73,7 +67,7 @@ type Entry struct {
 	// Participants run inside the append transaction, before commit, so
 	// another component (the dedup ledger) can commit its own state in the
 	// same bbolt transaction. They also run when the event ID is already
-	// pending with identical content. A participant returning ErrSkip means
+	// pending with identical content. A participant returning commit.ErrAlreadyApplied means
 	// "the effect already happened": nothing is appended and Append returns
 	// nil with Seq 0. Any other error fails only this entry: the group's
 	// transaction is rolled back and redone without it.

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
 func TestMain(m *testing.M) {
@@ -416,8 +417,8 @@ func TestParticipantsCommitWithTheRecord(t *testing.T) {
 		t.Fatal("participant's key missing after reopen")
 	}
 
-	// ErrSkip: nothing appended, no error, no participant writes kept.
-	skip := func(tx *bolt.Tx) error { return ErrSkip }
+	// commit.ErrAlreadyApplied: nothing appended, no error, no participant writes kept.
+	skip := func(tx *bolt.Tx) error { return commit.ErrAlreadyApplied }
 	r, err := o.Append(context.Background(), Entry{EventID: "e2", Topic: "t", Payload: []byte("p"),
 		Participants: []func(*bolt.Tx) error{markApplied("k2"), skip}})
 	if err != nil || r.Seq != 0 {

@@ -221,7 +221,7 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 			continue
 		}
 		// A participant that finds the event already applied returns
-		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
+		// commit.ErrAlreadyApplied, which is commit.ErrAlreadyApplied: nothing is appended.
 		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
 			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
