@@ -55,6 +55,11 @@ var ErrClosed = errors.New("outbox closed")
 // ErrCorrupt marks a stored record that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt outbox record")
 
+// IsDamaged reports whether err says that the outbox file is damaged (a
+// page bbolt cannot read, records lost from the queue): retrying does not
+// help, an operator must move the file aside.
+func IsDamaged(err error) bool { return errors.Is(err, boltfile.ErrDamaged) }
+
 // closeTimeout bounds how long Close waits for a commit in progress.
 const closeTimeout = shutdown.Commit
 

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -124,7 +123,7 @@ func (sd *Sender) Run(ctx context.Context) {
 			delay = sd.s.Retry.Initial
 		}
 		sd.m.OnRetried()
-		if errors.Is(err, boltfile.ErrDamaged) {
+		if outbox.IsDamaged(err) {
 			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
 		} else {
 			sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)

@@ -12,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -205,7 +206,7 @@ func (o *output) notConnected(errs []error, sent bool) bool {
 		return false
 	}
 	for _, err := range errs {
-		if (sent && err == nil) || IsPermanent(err) {
+		if (sent && err == nil) || codec.IsPermanent(err) {
 			return false
 		}
 	}
