@@ -241,8 +241,8 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload)) {
-			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !bytes.Equal(encodeProps(view.props), encodeProps(e.Props))) {
+			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic, payload or properties; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
 		}
@@ -269,7 +269,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 	if err != nil {
 		return err
 	}
-	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
+	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Props: e.Props, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
 	key := seqKey(seq)
 	if err := records.Put(key, encodeRecord(&rec)); err != nil {
 		return err

@@ -92,7 +92,7 @@ func estimatedSize(v []byte) int64 {
 func (o *Outbox) upgradeRecords() error {
 	var found []DamagedRecord
 	err := o.file.UpdateInBatches(bucketRecords, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
-		if len(v) > 0 && v[0] == recordVersion {
+		if len(v) > 0 && (v[0] == recordVersion || v[0] == recordVersionV2) {
 			return nil
 		}
 		view, err := decodeRecord(k, v, true)

@@ -160,7 +160,7 @@ func writeV1Outbox(t *testing.T, path string, n int) {
 			if err := ids.Put([]byte(r.EventID), seqKey(seq)); err != nil {
 				return err
 			}
-			bytesTotal += size(r.EventID, r.Topic, r.Payload)
+			bytesTotal += size(r.EventID, r.Topic, encodeProps(r.Props), r.Payload)
 		}
 		_ = boltfile.PutUint64(meta, keyPending, uint64(n))
 		_ = boltfile.PutUint64(meta, keyPendingBytes, uint64(bytesTotal))

@@ -31,6 +31,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
@@ -46,7 +47,7 @@ var (
 )
 
 // ErrEventIDConflict means the event ID is already pending with a different
-// topic or payload.
+// topic, payload or properties.
 var ErrEventIDConflict = errors.New("event ID conflict")
 
 // ErrClosed is returned by calls on a closed outbox.
@@ -67,6 +68,7 @@ const closeTimeout = shutdown.Commit
 type Entry struct {
 	EventID string
 	Topic   string
+	Props   *mqttmsg.Properties // MQTT 5 properties to publish with; nil: none
 	Payload []byte
 
 	// Participants run inside the append transaction, before commit, so
@@ -340,7 +342,7 @@ func (o *Outbox) AppendBatch(ctx context.Context, entries []Entry) (recs []Recor
 				errs[next] = fmt.Errorf("outbox file %s: nothing appended: %w", o.path, err)
 				continue
 			}
-			sz := size(e.EventID, e.Topic, e.Payload)
+			sz := size(e.EventID, e.Topic, encodeProps(e.Props), e.Payload)
 			if len(run) == 0 {
 				if err := o.reserve(ctx, sz); err != nil {
 					errs[next] = err

@@ -115,7 +115,7 @@ func TestFIFOAndSeqSurviveReopen(t *testing.T) {
 	st := o.Stats()
 	var wantBytes int64
 	for _, r := range want[2:9] {
-		wantBytes += size(r.EventID, r.Topic, r.Payload)
+		wantBytes += size(r.EventID, r.Topic, encodeProps(r.Props), r.Payload)
 	}
 	if st.Pending != 7 || st.PendingBytes != wantBytes || !st.Oldest.Equal(want[2].Enqueued) {
 		t.Errorf("Stats after reopen = %+v, want 7 pending, %d bytes, oldest %v", st, wantBytes, want[2].Enqueued)

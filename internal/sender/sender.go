@@ -161,11 +161,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
-		pub, err := recordPublication(r, sd.s)
-		if err != nil {
-			return failedToken{fmt.Errorf("event %s (outbox seq %d): %w", r.EventID, r.Seq, err)}
-		}
-		tok := conn.PublishAsync(pub)
+		tok := conn.PublishAsync(recordPublication(r, sd.s))
 		sd.m.OnPublished()
 		return tok
 	}
@@ -216,7 +212,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 					continue // its ACK came first: nothing to learn from the PUBACK
 				}
 				if err := f.tok.Error(); err != nil {
-					return progress, publishFailed(sd.m, f.rec.EventID, plainTopic(f.rec.Topic), err)
+					return progress, publishFailed(sd.m, f.rec.EventID, f.rec.Topic, err)
 				}
 				if !sd.s.EndToEnd {
 					confirm(f, now)

@@ -17,7 +17,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
@@ -223,8 +222,8 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 			continue
 		}
 		// A participant that finds the event already applied returns
-		// commit.ErrAlreadyApplied, which is commit.ErrAlreadyApplied: nothing is appended.
-		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
+		// commit.ErrAlreadyApplied: nothing is appended.
+		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: rec.Topic, Props: rec.Props, Payload: rec.Payload,
 			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
 	ob.AppendEach(ctx, entries, errs)
