@@ -122,17 +122,8 @@ func (o *output) start() error {
 	o.ignored = sender.NewIgnoredACKs(o.m, o.log)
 	handlers := mqttclient.Handlers{}
 	if o.s.endToEnd {
-		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
-			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
-		}
 		retainedWarn := &benthoslog.Every{Interval: 10 * time.Second}
-		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) {
-			if msg.Retained() && retainedWarn.Allow() {
-				// It comes back at every subscription: an ACK that never ends.
-				o.log.Warnf("A retained message arrived on the ACK topic %q: the broker sends it again at every (re)subscription. ACKs must be published without the retain flag; clear it with an empty retained message (mosquitto_pub -r -n -t '%s')", msg.Topic(), msg.Topic())
-			}
-			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
-		}
+		handlers = sender.AckHandlers(o.s.ackTopic, o.s.ackAuthKeys, o.acks, o.ignored, o.log, retainedWarn.Allow)
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttconf.ClientOptions(o.log, false))
 	if err != nil {
