@@ -2,11 +2,12 @@ package harness
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
+	_ "modernc.org/sqlite" // the SQLite driver the binary uses
 )
 
 // AppliedRun is what the shipped consumer (config/consumer.yaml) applied
@@ -24,13 +25,19 @@ func Applied(t testing.TB, dsn string) map[string]AppliedRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := sqlledger.Open(ctx, sqlledger.Config{Driver: sqlledger.SQLite, DSN: dsn, Table: "ledger"})
+	// database/sql and the driver the binary uses, not sqlledger: its own
+	// tests use this harness. The consumer writes while this reads.
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("sqlite", dsn+sep+"_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatalf("open the consumer's database: %v", err)
 	}
-	defer st.Close()
+	defer db.Close()
 	out := map[string]AppliedRun{}
-	rows, err := st.DB().QueryContext(ctx, "SELECT run_id, COUNT(*), MIN(seq), MAX(seq) FROM applied_events GROUP BY run_id")
+	rows, err := db.QueryContext(ctx, "SELECT run_id, COUNT(*), MIN(seq), MAX(seq) FROM applied_events GROUP BY run_id")
 	if err != nil && strings.Contains(err.Error(), "no such table") {
 		return out // the consumer has not created it yet
 	}
@@ -49,7 +56,7 @@ func Applied(t testing.TB, dsn string) map[string]AppliedRun {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	dups, err := st.DB().QueryContext(ctx, "SELECT run_id, duplicates FROM runs")
+	dups, err := db.QueryContext(ctx, "SELECT run_id, duplicates FROM runs")
 	if err != nil {
 		return out // no runs table: the consumer has not counted any
 	}
