@@ -353,13 +353,11 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	s.outboxOpts.MaxPendingBytes = int64(maxBytes)
-	verify, err := conf.FieldString(fieldOutbox, fieldOutboxVerify)
+	verify, err := mqttconf.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
 	if err != nil {
-		return s, err
-	}
-	if s.outboxOpts.Verify, err = boltfile.ParseVerify(verify); err != nil {
 		return s, fmt.Errorf("outbox.%w", err)
 	}
+	s.outboxOpts.Verify = boltfile.Verify(verify)
 	if s.window, err = mqttconf.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
 		return s, err
 	}
