@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
 )
 
@@ -38,7 +39,7 @@ type request struct {
 type entryFailure struct {
 	req  *request
 	err  error
-	skip bool // a participant returned ErrSkip: settle with success, nothing appended
+	skip bool // a participant returned commit.ErrAlreadyApplied: settle with success, nothing appended
 }
 
 func (e *entryFailure) Error() string { return e.err.Error() }
@@ -290,8 +291,8 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload)) {
-			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !bytes.Equal(encodeProps(view.props), encodeProps(e.Props))) {
+			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic, payload or properties; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
 		}
@@ -303,7 +304,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 
 	for _, p := range e.Participants {
 		if err := runParticipant(p, tx); err != nil {
-			if errors.Is(err, ErrSkip) {
+			if errors.Is(err, commit.ErrAlreadyApplied) {
 				return &entryFailure{req: r, err: err, skip: true}
 			}
 			return &entryFailure{req: r, err: fmt.Errorf("outbox file %s: event %q not appended: a transaction participant failed: %w", o.path, e.EventID, err)}
@@ -318,7 +319,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 	if err != nil {
 		return err
 	}
-	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
+	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Props: e.Props, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
 	key := seqKey(seq)
 	if err := records.Put(key, encodeRecord(&rec)); err != nil {
 		return err

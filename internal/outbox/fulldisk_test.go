@@ -96,7 +96,7 @@ func TestRemovalCommitsWhenAnAppendInItsGroupDoesNotFit(t *testing.T) {
 	o, recs := fullOutbox(t)
 	big := strings.Repeat("y", 64<<10) // more than two removed records free
 	app := &request{ctx: context.Background(), entry: &Entry{EventID: "big", Topic: "t", Payload: []byte(big)},
-		size: size("big", "t", []byte(big)), done: make(chan struct{}, 1)}
+		size: size("big", "t", nil, []byte(big)), done: make(chan struct{}, 1)}
 	rem := &request{ctx: context.Background(), seqs: []uint64{recs[0].Seq, recs[1].Seq}, done: make(chan struct{}, 1)}
 	o.mu.Lock()
 	o.reservedN++
