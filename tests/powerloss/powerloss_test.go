@@ -91,25 +91,7 @@ func cuts(t *testing.T, def int) int {
 //	   file, as config/ledger_relay.yaml does: the key, then the record,
 //	   then the line.
 var configs = map[string]string{
-	"cfg/a.yaml": `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: ""
-    mapping: 'root = "A-" + env("CYCLE") + "-" + counter().string()'
-output:
-  broker:
-    pattern: fan_out_sequential
-    outputs:
-      - reliable_mqtt_out:
-          urls: [ "tcp://127.0.0.1:1" ]
-          topic: powerloss/a
-          event_id: '${! content() }'
-          outbox: { path: /data/outbox.db }
-      - stdout: { codec: all-bytes }
-        processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`,
+	"cfg/a.yaml": outboxConfig("A", "", "tcp://127.0.0.1:1", "", "powerloss/a", "/data/outbox.db"),
 	"cfg/b.yaml": `
 http: {enabled: false}
 logger: {level: WARN}
@@ -176,6 +158,36 @@ output:
       - stdout: { codec: all-bytes }
         processors: [ { mapping: 'root = content().string() + "\n"' } ]
 `,
+}
+
+// outboxConfig is path A's pipeline: generate (every interval; "" as
+// fast as it goes) -> fan_out_sequential [reliable_mqtt_out to url with
+// topic and the outbox at path, stdout], printing "<prefix>-<cycle>-<n>" once the
+// outbox holds the record. clientID "" leaves the output's default.
+func outboxConfig(prefix, interval, url, clientID, topic, path string) string {
+	id := ""
+	if clientID != "" {
+		id = "\n          client_id: " + clientID
+	}
+	return fmt.Sprintf(`
+http: {enabled: false}
+logger: {level: WARN}
+input:
+  generate:
+    interval: "%s"
+    mapping: 'root = "%s-" + env("CYCLE") + "-" + counter().string()'
+output:
+  broker:
+    pattern: fan_out_sequential
+    outputs:
+      - reliable_mqtt_out:
+          urls: [ "%s" ]%s
+          topic: %s
+          event_id: '${! content() }'
+          outbox: { path: %s }
+      - stdout: { codec: all-bytes }
+        processors: [ { mapping: 'root = content().string() + "\n"' } ]
+`, interval, prefix, url, id, topic, path)
 }
 
 // The processes print their acknowledgements on a serial port of their

@@ -36,34 +36,17 @@ import (
 // the ledger is a confirmed record that came back: a duplicate, allowed.
 // A last boot without a cut (the drain) must then deliver every one.
 func init() {
-	pub := `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: "%s"
-    mapping: 'root = "%s-" + env("CYCLE") + "-" + counter().string()'
-output:
-  broker:
-    pattern: fan_out_sequential
-    outputs:
-      - reliable_mqtt_out:
-          urls: [ "embedded://?dir=/data/broker&listen=127.0.0.1:1884" ]
-          client_id: powerloss-e-pub
-          topic: powerloss/e
-          event_id: '${! content() }'
-          outbox: { path: /data/e-outbox.db }
-      - stdout: { codec: all-bytes }
-        processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`
+	pub := func(interval, prefix string) string {
+		return outboxConfig(prefix, interval, "embedded://?dir=/data/broker&listen=127.0.0.1:1884", "powerloss-e-pub", "powerloss/e", "/data/e-outbox.db")
+	}
 	// 2.5 records a second: about what the chain (a broker commit per
 	// PUBACK, a ledger commit per receipt) delivers on the guest's one
 	// emulated CPU beside paths A-D, so the outbox does not grow without
 	// end and a last boot can drain it.
-	configs["cfg/e-pub.yaml"] = fmt.Sprintf(pub, "400ms", "E")
+	configs["cfg/e-pub.yaml"] = pub("400ms", "E")
 	// The setup and drain boots publish a marker every second: its
 	// receipt shows the subscription is in place.
-	configs["cfg/e-mark.yaml"] = fmt.Sprintf(pub, "1s", "S")
+	configs["cfg/e-mark.yaml"] = pub("1s", "S")
 	configs["cfg/e-sub.yaml"] = `
 http: {enabled: false}
 logger: {level: WARN}

@@ -35,27 +35,8 @@ import (
 // code (verified) or be refused with a clear message, and hold every
 // record it was prepared with and every acknowledged one.
 func init() {
-	out := `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: ""
-    mapping: 'root = "%s-" + env("CYCLE") + "-" + counter().string()'
-output:
-  broker:
-    pattern: fan_out_sequential
-    outputs:
-      - reliable_mqtt_out:
-          urls: [ "tcp://127.0.0.1:1" ]
-          topic: powerloss/%s
-          event_id: '${! content() }'
-          outbox: { path: /data/%s }
-      - stdout: { codec: all-bytes }
-        processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`
-	configs["cfg/f.yaml"] = fmt.Sprintf(out, "F", "f", compactFile)
-	configs["cfg/g.yaml"] = fmt.Sprintf(out, "G", "g", upgradeFile)
+	configs["cfg/f.yaml"] = outboxConfig("F", "", "tcp://127.0.0.1:1", "", "powerloss/f", "/data/"+compactFile)
+	configs["cfg/g.yaml"] = outboxConfig("G", "", "tcp://127.0.0.1:1", "", "powerloss/g", "/data/"+upgradeFile)
 }
 
 const (
