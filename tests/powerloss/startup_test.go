@@ -253,8 +253,9 @@ func checkStartup(t *testing.T, i int, dir string, p prepared, acked map[string]
 // TestStartUpRewritesSurvivePowerCuts cuts the power during the start-up
 // of an outbox that is compacted at open and of one that is upgraded to
 // checksums (moving its unreadable record aside), each cut on a fresh copy
-// of the prepared disk, at a random moment in the second half of the
-// start-up's length measured by a first boot.
+// of the prepared disk, at a random moment within the start-up's length
+// measured by a first boot, narrowed towards the rewrites as cuts land
+// before or after them.
 func TestStartUpRewritesSurvivePowerCuts(t *testing.T) {
 	rng := testRand(t, 3)
 	g := newGuest(t, "", "f g")
@@ -287,11 +288,11 @@ func TestStartUpRewritesSurvivePowerCuts(t *testing.T) {
 		t.Fatalf("the measuring boot did not upgrade %s (%+v, %v): the scenario does not exercise the upgrade", upgradeFile, us, err)
 	}
 	t.Logf("measuring boot: both start-ups done %.1fs after the scenario started (boot %.1fs)", startup.Seconds(), c.BootTook.Seconds())
+	lo, hi := time.Duration(0), startup
 	for i := 1; i <= n; i++ {
+		before, notBegun := tl.beforeRename, tl.notBegun
 		img := fresh()
-		// The second half: the first is the binary's own start, before
-		// it opens a file (a first run cut there 6 times in 10).
-		cut := startup/2 + time.Duration(rng.Int64N(int64(startup/2)))
+		cut := lo + time.Duration(rng.Int64N(int64(hi-lo)))
 		c := boot(t, g, img, i, "", cut, nil)
 		if !c.Started || !c.Killed {
 			t.Fatalf("cycle %d: the guest did not run its scenario until the cut (started %v, killed %v):\n%s", i, c.Started, c.Killed, tail(c.Serial))
@@ -308,8 +309,21 @@ func TestStartUpRewritesSurvivePowerCuts(t *testing.T) {
 		extract(t, img, "/", dir)
 		lost := tl.lost
 		checkStartup(t, i, dir, p, c.Acks, &tl)
-		t.Logf("cut %d/%d %.1fs after the start: acknowledged F %d G %d; lost %d; so far F before/after the rename %d/%d, G upgrade not begun/midway/done %d/%d/%d",
-			i, n, c.After.Seconds(), len(c.Acks["F"]), len(c.Acks["G"]), tl.lost-lost, tl.beforeRename, tl.afterRename, tl.notBegun, tl.midway, tl.done)
+		t.Logf("cut %d/%d %.1fs after the start (drawn from %.1f-%.1fs): acknowledged F %d G %d; lost %d; so far F before/after the rename %d/%d, G upgrade not begun/midway/done %d/%d/%d",
+			i, n, c.After.Seconds(), lo.Seconds(), hi.Seconds(), len(c.Acks["F"]), len(c.Acks["G"]), tl.lost-lost, tl.beforeRename, tl.afterRename, tl.notBegun, tl.midway, tl.done)
+		// Narrow the window to the rewrites: a cut after both start-ups
+		// lowers its end, one before either file was touched raises its
+		// start (the start-up's length varies with the host's load, so
+		// the window is kept at least 3 s wide).
+		switch {
+		case len(c.Acks["F"]) > 0 && len(c.Acks["G"]) > 0:
+			hi = cut
+		case tl.beforeRename > before && tl.notBegun > notBegun:
+			lo = cut
+		}
+		if hi-lo < 3*time.Second {
+			lo, hi = max(0, lo-time.Second), hi+2*time.Second
+		}
 		if t.Failed() {
 			t.Logf("serial of cut %d:\n%s", i, tail(c.Serial))
 			break
