@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -146,6 +148,13 @@ func (h *storeHook) Init(config any) error {
 	if err != nil {
 		_ = db.Close()
 		return fmt.Errorf("open broker store %s: %w", path, err)
+	}
+	// bbolt fsyncs the file, never the directory that names it: a new
+	// broker.db (or data directory) could vanish in a power cut with every
+	// session and message the broker acknowledged since.
+	if err := syncDirs(filepath.Dir(path)); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("open broker store %s: sync its directory: %w", path, err)
 	}
 	h.db = db
 	h.fanouts = map[*mqtt.Client]uint64{}
@@ -597,4 +606,23 @@ func forgetClient(id string) []change {
 		{bucket: bucketSubs, key: clientPrefix(id), prefix: true},
 		{bucket: bucketInflight, key: clientPrefix(id), prefix: true},
 	}
+}
+
+// syncDirs fsyncs dir and its parent, which holds dir's own entry (the
+// data directory may just have been created).
+func syncDirs(dir string) error {
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		f, err := os.Open(d)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

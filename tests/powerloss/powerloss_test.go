@@ -13,9 +13,13 @@
 // (bbolt without fsync, internal/boltfile/nosync.go) and must lose
 // acknowledged records on every cut: the suite proves it can see a loss.
 //
-// Run alone:
+// relay_test.go adds path E (removal after confirmation, the embedded
+// broker's store) to the same boots; startup_test.go cuts the start-ups
+// that compact an outbox and upgrade an old one (paths F and G).
 //
-//	go test -count=1 -v ./tests/powerloss/
+// Run alone (longer than go test's default 10 minute timeout):
+//
+//	go test -count=1 -v -timeout 60m ./tests/powerloss/
 //
 // POWERLOSS_SEED replays the cut times of a logged run; POWERLOSS_CUTS sets
 // the number of cuts of the main run.
@@ -77,25 +81,7 @@ func cuts(t *testing.T, def int) int {
 //	   file, as config/ledger_relay.yaml does: the key, then the record,
 //	   then the line.
 var configs = map[string]string{
-	"cfg/a.yaml": `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: ""
-    mapping: 'root = "A-" + env("CYCLE") + "-" + counter().string()'
-output:
-  broker:
-    pattern: fan_out_sequential
-    outputs:
-      - reliable_mqtt_out:
-          urls: [ "tcp://127.0.0.1:1" ]
-          topic: powerloss/a
-          event_id: '${! content() }'
-          outbox: { path: /data/outbox.db }
-      - stdout: { codec: all-bytes }
-        processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`,
+	"cfg/a.yaml": outboxConfig("A", "", "tcp://127.0.0.1:1", "", "powerloss/a", "/data/outbox.db"),
 	"cfg/b.yaml": `
 http: {enabled: false}
 logger: {level: WARN}
@@ -164,30 +150,70 @@ output:
 `,
 }
 
+// outboxConfig is path A's pipeline: generate (every interval; "" as
+// fast as it goes) -> fan_out_sequential [reliable_mqtt_out to url with
+// topic and the outbox at path, stdout], printing "<prefix>-<cycle>-<n>" once the
+// outbox holds the record. clientID "" leaves the output's default.
+func outboxConfig(prefix, interval, url, clientID, topic, path string) string {
+	id := ""
+	if clientID != "" {
+		id = "\n          client_id: " + clientID
+	}
+	return fmt.Sprintf(`
+http: {enabled: false}
+logger: {level: WARN}
+input:
+  generate:
+    interval: "%s"
+    mapping: 'root = "%s-" + env("CYCLE") + "-" + counter().string()'
+output:
+  broker:
+    pattern: fan_out_sequential
+    outputs:
+      - reliable_mqtt_out:
+          urls: [ "%s" ]%s
+          topic: %s
+          event_id: '${! content() }'
+          outbox: { path: %s }
+      - stdout: { codec: all-bytes }
+        processors: [ { mapping: 'root = content().string() + "\n"' } ]
+`, interval, prefix, url, id, topic, path)
+}
+
 // The processes print their acknowledgements on a serial port of their
 // own (ttyS1, a file on the host), each line in one write (the line ends
 // in the message itself, codec all-bytes), so lines of two processes never
 // interleave; logs go to the console (ttyS0).
+// A process named in commands runs that command instead of
+// reliable-mqtt -c /cfg/<name>.yaml.
 func scenario(procs string) string {
-	return `
-for x in ` + procs + `; do reliable-mqtt -c /cfg/$x.yaml >/dev/ttyS1 2>/dev/console & done
-wait
-`
+	var b strings.Builder
+	for _, p := range strings.Fields(procs) {
+		cmd, ok := commands[p]
+		if !ok {
+			cmd = "reliable-mqtt -c /cfg/" + p + ".yaml"
+		}
+		b.WriteString(cmd + " >/dev/ttyS1 2>/dev/console &\n")
+	}
+	return b.String() + "wait\n"
 }
 
 // paths name the scenario's paths.
 var paths = []string{"A", "B", "C", "D"}
 
-var ackLine = regexp.MustCompile(`^([ABCD])-\d+-\d+$`)
+// ackLine is "X-<cycle>-<n>", or "R:X-<cycle>-<n>" for a message a
+// consumer received (relay_test.go).
+var ackLine = regexp.MustCompile(`^(R:)?(([A-Z])-\d+-\d+)$`)
 
 // acks returns the acknowledged IDs printed on the acknowledgement port,
-// by path: whole lines only (the last, without its newline, was cut short).
+// by path ("R:X" for path X's receipts): whole lines only (the last,
+// without its newline, was cut short).
 func acks(serial string) map[string][]string {
 	out := map[string][]string{}
 	lines := strings.Split(serial, "\n")
 	for _, l := range lines[:len(lines)-1] {
 		if m := ackLine.FindStringSubmatch(strings.Trim(l, "\r")); m != nil {
-			out[m[1]] = append(out[m[1]], m[0])
+			out[m[1]+m[3]] = append(out[m[1]+m[3]], m[2])
 		}
 	}
 	return out
@@ -409,20 +435,25 @@ func check(t *testing.T, dir string, acked map[string][]string) (missing map[str
 // boot so far.
 func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 	rng := testRand(t, 1)
-	g := newGuest(t, "", "a b c d")
+	g := newGuest(t, "", "a b c d e-pub e-sub-late")
+	drain := newGuest(t, "", "e-mark e-sub")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	disk(t, img, 128)
+	relaySetup(t, drain, img)
 	n := cuts(t, 20)
 	acked := map[string][]string{}
 	tallies := map[string]*tally{"A": {}, "B": {}, "C": {}, "D": {}}
+	var relay relayTally
+	brokerOnly := map[string]bool{}
 	startup := 0
 	began := time.Now()
 	for i := 1; i <= n; i++ {
 		// One cut in four falls in the first 8 s after the scenario
 		// starts: in the processes' start-up (opening, creating or
-		// recovering their files); the rest within 6 s of the first
-		// outbox acknowledgement, while all three write.
-		mark, cut := "A", 300*time.Millisecond+time.Duration(rng.Int64N(int64(6*time.Second)))
+		// recovering their files); the rest within 6 s of path E's first
+		// receipt (the last to start: its subscriber starts 8 s late),
+		// while all five write.
+		mark, cut := "R:E", 300*time.Millisecond+time.Duration(rng.Int64N(int64(6*time.Second)))
 		if rng.IntN(4) == 0 {
 			mark, cut = "", time.Duration(rng.Int64N(int64(8*time.Second)))
 		}
@@ -436,14 +467,21 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 		}
 		for p, ids := range now {
 			acked[p] = append(acked[p], ids...)
-			tallies[p].acked += len(ids)
+			if tl, ok := tallies[p]; ok {
+				tl.acked += len(ids)
+			}
 		}
 		dir := filepath.Join(t.TempDir(), "data")
 		extract(t, img, "/", dir)
 		missing, refused, split := check(t, dir, acked)
-		t.Logf("cut %d/%d %.1fs after %s (boot %.1fs): acknowledged now A %d B %d C %d D %d; missing A %d B %d C %d D %d",
-			i, n, c.After.Seconds(), map[string]string{"": "the start", "A": "the first ack"}[mark], c.BootTook.Seconds(),
-			len(now["A"]), len(now["B"]), len(now["C"]), len(now["D"]), len(missing["A"]), len(missing["B"]), len(missing["C"]), len(missing["D"]))
+		relay.acked += len(now["E"])
+		lostE := relay.lost
+		e := checkRelayE(t, i, dir, acked["E"], &relay, brokerOnly)
+		t.Logf("cut %d/%d %.1fs after %s (boot %.1fs): acknowledged now A %d B %d C %d D %d E %d (received %d); missing A %d B %d C %d D %d E %d; E in outbox %d, broker %d, received %d",
+			i, n, c.After.Seconds(), map[string]string{"": "the start", "R:E": "E's first receipt"}[mark], c.BootTook.Seconds(),
+			len(now["A"]), len(now["B"]), len(now["C"]), len(now["D"]), len(now["E"]), len(now["R:E"]),
+			len(missing["A"]), len(missing["B"]), len(missing["C"]), len(missing["D"]), relay.lost-lostE,
+			len(e.outbox), len(e.broker), len(e.received))
 		for p, err := range refused {
 			tallies[p].refused++
 			t.Errorf("cut %d: path %s's file refused after a cut with %d acknowledged records: %v", i, p, len(acked[p]), err)
@@ -460,6 +498,9 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 			break
 		}
 	}
+	if !t.Failed() {
+		relayDrain(t, drain, img, n+1, acked["E"], &relay, brokerOnly)
+	}
 	for _, p := range paths {
 		tl := tallies[p]
 		t.Logf("path %s: %d cuts, %d acknowledged, %d lost, %d refusals", p, n, tl.acked, tl.lost, tl.refused)
@@ -467,7 +508,12 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 			t.Errorf("path %s acknowledged nothing in %d boots: the run proves nothing about it", p, n)
 		}
 	}
-	t.Logf("%d cuts timed from the scenario's start (start-up), %d from the first outbox ack; %s in all", startup, n-startup, time.Since(began).Round(time.Second))
+	t.Logf("path E: %d cuts, %d acknowledged, %d lost, %d refusals; at the cuts %d confirmed records held only by the broker's store (%d distinct, %d of them delivered after), %d duplicates (received and back in the outbox)",
+		n, relay.acked, relay.lost, relay.refused, relay.brokerOnly, len(brokerOnly), relay.deliveredAfter, relay.duplicates)
+	if relay.acked == 0 || len(brokerOnly) == 0 {
+		t.Errorf("path E: %d acknowledged, %d confirmed records held only by the broker at a cut: the run proves nothing about removal or the broker's store", relay.acked, len(brokerOnly))
+	}
+	t.Logf("%d cuts timed from the scenario's start (start-up), %d from path E's first receipt; %s in all", startup, n-startup, time.Since(began).Round(time.Second))
 }
 
 // TestNoSyncControlLosesAcknowledgedRecords runs the same scenario with a
