@@ -240,7 +240,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload)) {
+		if err == nil && (!o.sameTopic(view.topic, e.Topic) || !bytes.Equal(view.payload, e.Payload)) {
 			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
@@ -342,4 +342,12 @@ func seqFromKey(k []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(k)
+}
+
+// sameTopic compares a pending record's topic field with a write's.
+func (o *Outbox) sameTopic(stored []byte, written string) bool {
+	if o.opts.SameTopic != nil {
+		return o.opts.SameTopic(string(stored), written)
+	}
+	return string(stored) == written
 }

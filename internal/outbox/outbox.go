@@ -81,6 +81,10 @@ type Entry struct {
 
 // Options tune an outbox.
 type Options struct {
+	// SameTopic reports whether a write's topic field is the pending
+	// record's, for a write of an event ID already pending; nil compares
+	// bytes. (A tracer's traceparent differs on every write of one event.)
+	SameTopic func(stored, written string) bool
 	// MaxPending bounds the number of records; 0 = unbounded. Append blocks
 	// while the outbox is full (backpressure, never a drop).
 	MaxPending int

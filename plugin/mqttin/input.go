@@ -53,6 +53,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 )
 
 const (
@@ -336,7 +337,9 @@ type input struct {
 	s   settings
 	log *service.Logger
 	m   *metrics
-	in  *inbox.Inbox // routing, replay hold, retries and the broker acks
+	// spans are the delivery attempts' trace spans; nil with the tracer off.
+	spans *tracing.Receives
+	in    *inbox.Inbox // routing, replay hold, retries and the broker acks
 
 	resumed *inbox.ResumeLog
 
@@ -372,7 +375,11 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		RetryMax:          s.retry.Max,
 	}
 	in := inbox.New(cfg, &m.inbox, mgr.Logger())
-	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()),
+	hop := mgr.Label()
+	if hop == "" {
+		hop = "reliable_mqtt_in"
+	}
+	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()), spans: tracing.NewReceives(mgr.OtelTracer(), hop),
 		retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}, nil
 }
 
@@ -521,6 +528,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 		msg.SetError(dec.Err)
 	}
 	ctx, hooks := commit.WithHooks(context.Background())
+	ctx = i.spans.Start(ctx, propsOf(d.Msg), dec.EventID, d.Msg.Topic())
 	msg = msg.WithContext(ctx)
 
 	var once sync.Once
@@ -529,7 +537,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 			if i.beginAck() {
 				defer i.acking.Done()
 			}
-			i.settle(ctx, d, hooks, result)
+			i.spans.End(msg.Context(), i.settle(ctx, d, hooks, result))
 		})
 		return nil
 	}
@@ -552,8 +560,9 @@ func (i *input) beginAck() bool {
 
 // settle runs the hooks, then (on success) the end-to-end ACK, then the
 // broker acknowledgement, in that order; any failure leaves the message
-// unacknowledged and schedules another attempt.
-func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hooks, result error) {
+// unacknowledged and schedules another attempt. It returns the failure
+// that left the message unacknowledged (nil: acknowledged).
+func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hooks, result error) error {
 	if err := hooks.Run(ctx, result); err != nil && result == nil {
 		result = fmt.Errorf("delivery hook failed: %w", err)
 	}
@@ -564,10 +573,11 @@ func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hoo
 		i.m.rejected.Incr(1)
 		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
 		i.in.Retry(d)
-		return
+		return result
 	}
 	failpoint.Hit(failpoint.BeforeSourceAck)
 	d.Complete()
+	return nil
 }
 
 // publishAck publishes the end-to-end ACK on the connection the message

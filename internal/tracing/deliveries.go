@@ -1,0 +1,199 @@
+package tracing
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
+)
+
+// scope names our spans' instrumentation in a trace.
+const scope = "github.com/reliable-mqtt/reliable-mqtt"
+
+// maxOpen bounds the spans a sending hop keeps open: beyond it a new
+// record's span is closed at once (outcome "untracked"), so a long outage
+// with a large outbox cannot hold unbounded memory in spans.
+const maxOpen = 100_000
+
+// Deliveries are the open spans of a sending hop, one per record from its
+// write until its confirmation, by event ID. A span's duration is the
+// record's end-to-end confirmation latency; its events are the outbox
+// append and each publish. Spans of records written before a restart are
+// not reopened: their stored traceparent still joins the receivers' spans
+// to the original trace.
+type Deliveries struct {
+	tracer trace.Tracer
+	hop    string
+	now    func() time.Time
+
+	mu   sync.Mutex
+	open map[string]*delivery
+}
+
+type delivery struct {
+	span     trace.Span
+	written  time.Time
+	attempts int
+}
+
+// NewDeliveries returns the span tracker of the sending hop named hop; nil
+// when tp records nothing (every method of a nil *Deliveries is a no-op).
+func NewDeliveries(tp trace.TracerProvider, hop string) *Deliveries {
+	if !On(tp) {
+		return nil
+	}
+	return &Deliveries{tracer: tp.Tracer(scope), hop: hop, now: time.Now, open: map[string]*delivery{}}
+}
+
+// Start opens the span of a record about to be written for eventID to
+// topic, a child of the span in ctx (the message's), and returns the
+// record's properties carrying the new span's trace context when withProps
+// (MQTT 5), else props unchanged. A second write of an event whose span is
+// still open keeps the first span: the outbox keeps the first record.
+func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mqttclient.Properties, withProps bool) *mqttclient.Properties {
+	if d == nil {
+		return props
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, dup := d.open[eventID]; dup {
+		return props
+	}
+	now := d.now()
+	ctx, span := d.tracer.Start(ctx, "deliver "+topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now),
+		trace.WithAttributes(AttrEventID.String(eventID), AttrTopic.String(topic), AttrHop.String(d.hop)))
+	if len(d.open) >= maxOpen {
+		end(span, "untracked", nil)
+	} else {
+		d.open[eventID] = &delivery{span: span, written: now}
+	}
+	if !withProps {
+		return props
+	}
+	return Inject(ctx, props)
+}
+
+// Stored marks eventID durable in the outbox (the write returned), or
+// closes its span when the write failed.
+func (d *Deliveries) Stored(eventID string, err error) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dl, ok := d.open[eventID]
+	if !ok {
+		return
+	}
+	if err != nil {
+		delete(d.open, eventID)
+		end(dl.span, outcomeOf(err), err)
+		return
+	}
+	dl.span.AddEvent("stored in the outbox")
+}
+
+// OnEventPublished records a publish of eventID: the first one sets the
+// outbox wait (from the write to the first publish), a later one marks
+// the record retried.
+func (d *Deliveries) OnEventPublished(eventID string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dl, ok := d.open[eventID]
+	if !ok {
+		return
+	}
+	dl.attempts++
+	if dl.attempts == 1 {
+		dl.span.SetAttributes(AttrOutboxWait.Int64(d.now().Sub(dl.written).Milliseconds()))
+		dl.span.AddEvent("published")
+		return
+	}
+	dl.span.AddEvent("published again (" + Retried + ")")
+}
+
+// OnEventConfirmed closes eventID's span: its PUBACK or end-to-end ACK
+// arrived.
+func (d *Deliveries) OnEventConfirmed(eventID string) { d.Done(eventID, nil) }
+
+// Done closes eventID's span: confirmed when err is nil, else refused
+// (a permanent failure) or retried (upstream delivers it again).
+func (d *Deliveries) Done(eventID string, err error) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	dl, ok := d.open[eventID]
+	delete(d.open, eventID)
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	dl.span.SetAttributes(AttrAttempts.Int(dl.attempts))
+	if err == nil {
+		end(dl.span, Confirmed, nil)
+		return
+	}
+	end(dl.span, outcomeOf(err), err)
+}
+
+// DeadLetter marks eventID's span as a dead letter written for reason
+// (the error that made the message one).
+func (d *Deliveries) DeadLetter(eventID, reason string) {
+	if d == nil || reason == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dl, ok := d.open[eventID]; ok {
+		dl.span.SetAttributes(AttrOutcome.String(DeadLettered), AttrReason.String(reason))
+	}
+}
+
+// Close ends every open span (the records stay in the outbox and are sent
+// after the next start, without a span of this process).
+func (d *Deliveries) Close() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	open := d.open
+	d.open = map[string]*delivery{}
+	d.mu.Unlock()
+	for _, dl := range open {
+		dl.span.SetAttributes(AttrAttempts.Int(dl.attempts))
+		end(dl.span, PendingAtClose, nil)
+	}
+}
+
+// outcomeOf names a failure: refused when it says the message can never be
+// published (codec.PermanentPrefix), else retried.
+func outcomeOf(err error) string {
+	if strings.Contains(err.Error(), "permanent failure: ") {
+		return Refused
+	}
+	return Retried
+}
+
+// SameStoredTopic reports whether two outbox topic fields (a publish topic
+// and its properties, properties.StoreTopic) are one record, apart from
+// their trace context.
+func SameStoredTopic(stored, written string) bool {
+	if stored == written {
+		return true
+	}
+	t1, p1, err1 := properties.LoadTopic(stored)
+	t2, p2, err2 := properties.LoadTopic(written)
+	if err1 != nil || err2 != nil || t1 != t2 {
+		return false
+	}
+	return properties.StoreTopic(t1, WithoutContext(p1)) == properties.StoreTopic(t2, WithoutContext(p2))
+}
