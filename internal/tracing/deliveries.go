@@ -39,6 +39,7 @@ type delivery struct {
 	span     trace.Span
 	written  time.Time
 	attempts int
+	dead     string // the reason it is a dead letter; "" for an ordinary record
 }
 
 // NewDeliveries returns the span tracker of the sending hop named hop; nil
@@ -138,15 +139,21 @@ func (d *Deliveries) Done(eventID string, err error) {
 		return
 	}
 	dl.span.SetAttributes(AttrAttempts.Int(dl.attempts))
-	if err == nil {
+	switch {
+	case err == nil && dl.dead != "":
+		dl.span.SetAttributes(AttrReason.String(dl.dead))
+		end(dl.span, DeadLettered, nil)
+		return
+	case err == nil:
 		end(dl.span, Confirmed, nil)
 		return
 	}
 	end(dl.span, outcomeOf(err), err)
 }
 
-// DeadLetter marks eventID's span as a dead letter written for reason
-// (the error that made the message one).
+// DeadLetter marks eventID's record a dead letter written for reason (the
+// error that made the message one): confirmed, its outcome is
+// dead-lettered.
 func (d *Deliveries) DeadLetter(eventID, reason string) {
 	if d == nil || reason == "" {
 		return
@@ -154,7 +161,7 @@ func (d *Deliveries) DeadLetter(eventID, reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dl, ok := d.open[eventID]; ok {
-		dl.span.SetAttributes(AttrOutcome.String(DeadLettered), AttrReason.String(reason))
+		dl.dead = reason
 	}
 }
 

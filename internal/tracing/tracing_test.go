@@ -148,3 +148,15 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 func spanContextOf(p *mqttclient.Properties) trace.SpanContext {
 	return trace.SpanContextFromContext(Extract(context.Background(), p))
 }
+
+func TestADeadLetterSaysSoAndWhy(t *testing.T) {
+	rec, tp := recorder()
+	d := NewDeliveries(tp, "dead-letter")
+	d.Start(context.Background(), "e", "reliable/dead-letter", nil, false)
+	d.DeadLetter("e", "permanent failure: too large")
+	d.Done("e", nil)
+	s := rec.Ended()[0]
+	if attr(s, AttrOutcome) != DeadLettered || attr(s, AttrReason) != "permanent failure: too large" {
+		t.Errorf("dead letter span: %v", s.Attributes())
+	}
+}
