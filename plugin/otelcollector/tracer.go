@@ -61,8 +61,8 @@ Spans are exported in batches every 2 seconds while the process runs, and the la
 With `+"`reliable_mqtt_out`"+` and `+"`reliable_mqtt_in`"+` on MQTT 5 one event is one trace across every hop: the output stores the W3C `+"`traceparent`"+` (and `+"`tracestate`"+`) user properties with the outbox record, and the input makes the message's span a child of the `+"`traceparent`"+` it receives. See docs/operations.md, "Tracing an event".`).
 		Fields(
 			service.NewStringField(fieldService).Description("The name of the service in traces.").Default("benthos"),
-			service.NewObjectListField(fieldHTTP, collector("HTTPS", "localhost:4318")...).Description("Collectors to send spans to over OTLP/HTTP."),
-			service.NewObjectListField(fieldGRPC, collector("gRPC over TLS", "localhost:4317")...).Description("Collectors to send spans to over OTLP/gRPC."),
+			service.NewObjectListField(fieldHTTP, collector("HTTPS", "localhost:4318")...).Description("Collectors to send spans to over OTLP/HTTP.").Default([]any{}),
+			service.NewObjectListField(fieldGRPC, collector("gRPC over TLS", "localhost:4317")...).Description("Collectors to send spans to over OTLP/gRPC.").Default([]any{}),
 			service.NewStringMapField(fieldTags).Description("Attributes added to every span's resource.").Default(map[string]any{}).Advanced(),
 			service.NewObjectField(fieldSampling,
 				service.NewBoolField(fieldSamplingOn).Description("Sample a share of traces instead of every one.").Default(false),
