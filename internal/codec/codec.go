@@ -9,9 +9,8 @@ import (
 	"fmt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 )
 
 // The envelope modes, as the plugins' `envelope` field names them.
@@ -33,7 +32,7 @@ type Decoded struct {
 // Decode reads payload, received on topic with the MQTT 5 properties props
 // (nil on 3.1.1), as mode says. A malformed envelope is reported in Err,
 // naming the topic and the defect.
-func Decode(mode, topic string, payload []byte, props *mqttclient.Properties) *Decoded {
+func Decode(mode, topic string, payload []byte, props *mqttmsg.Properties) *Decoded {
 	switch mode {
 	case Ingress:
 		ing, err := envelope.DecodeIngress(payload)
@@ -93,6 +92,16 @@ func EventID(id, topic string) (string, error) {
 	}
 }
 
+// Message is one event as the output publishes it: its record in the
+// outbox, or one publish in direct mode.
+type Message struct {
+	EventID string
+	Topic   string
+	Payload []byte
+	Retain  bool
+	Props   *mqttmsg.Properties // MQTT 5 only
+}
+
 // Encoding is how the output turns a message into the record it stores and
 // publishes, so that a resend is byte-identical.
 type Encoding struct {
@@ -105,8 +114,8 @@ type Encoding struct {
 // Encode builds the record of event id for topic from the payload raw and
 // the MQTT 5 properties extra (nil: none). It does not check the size (see
 // CheckSize).
-func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttclient.Properties) (sender.Message, error) {
-	rec := sender.Message{EventID: id, Topic: topic, Payload: raw, Props: extra}
+func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttmsg.Properties) (Message, error) {
+	rec := Message{EventID: id, Topic: topic, Payload: raw, Props: extra}
 	var err error
 	switch {
 	case e.Mode == Properties && e.EndToEnd:
@@ -121,14 +130,14 @@ func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttclient.Propert
 		rec.Payload, err = envelope.EncodeDelivery(id, raw)
 	}
 	if err != nil {
-		return sender.Message{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
+		return Message{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
 	}
 	return rec, nil
 }
 
 // CheckSize refuses a record whose payload exceeds MaxPayloadBytes; topic
 // is the destination topic the message was written for.
-func (e Encoding) CheckSize(rec sender.Message, topic string) error {
+func (e Encoding) CheckSize(rec Message, topic string) error {
 	if len(rec.Payload) > e.MaxPayloadBytes {
 		return fmt.Errorf("event %s for topic %q: payload of %d bytes exceeds max_payload_bytes (%d)", rec.EventID, topic, len(rec.Payload), e.MaxPayloadBytes)
 	}

@@ -3,18 +3,22 @@
 // to a configured filter, suppresses retransmissions of packets still in
 // flight (and of QoS 2 packets PUBREC'd and awaiting their PUBREL), holds
 // unmatched messages of a resumed session during startup replay, queues and
-// retries deliveries, and sends PUBACK/PUBREC strictly in receive order; its
-// ResumeLog reports what a resumed session brought. It knows neither
-// Benthos nor paho: the plugin hands it connections and messages through
-// the small Conn and Message interfaces.
+// retries deliveries, decodes their envelopes (internal/codec), settles
+// each attempt in the promised order (delivery hooks, then the end-to-end
+// ACK, then the PUBACK: settle.go) and sends PUBACK/PUBREC strictly in
+// receive order; its ResumeLog reports what a resumed session brought. It
+// knows neither Benthos nor paho: the plugin hands it connections and
+// messages through the small Conn and Message interfaces.
 package inbox
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // Message is one received PUBLISH (mqttclient.Message satisfies it).
@@ -25,6 +29,8 @@ type Message interface {
 	Duplicate() bool
 	Retained() bool
 	Payload() []byte
+	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
+	Properties() *mqttmsg.Properties
 	// Ack sends the message's PUBACK (QoS 1) or PUBREC (QoS 2).
 	Ack()
 }
@@ -39,6 +45,9 @@ type Conn interface {
 	Lost() <-chan struct{}
 	// Drop closes the connection on purpose without blocking.
 	Drop(reason error)
+	// Publish sends one message and waits, bounded by ctx, for its
+	// completion (the PUBACK of an end-to-end ACK).
+	Publish(ctx context.Context, p mqttmsg.Publication) error
 }
 
 // Logger is what the inbox logs through (Benthos's *service.Logger fits).
@@ -73,6 +82,10 @@ type Metrics struct {
 	Held            Gauge   // messages held now
 	Buffered        Gauge   // messages waiting for Next, up to ReceiveBufferSize
 	Backlog         Gauge   // unacknowledged messages beyond ReceiveBufferSize
+	Rejected        Counter // attempts the pipeline (or a hook, or the ACK publish) failed
+	Malformed       Counter // envelopes that failed to decode (dropped or flagged)
+	AcksPublished   Counter // end-to-end ACKs published to Ack.Topic
+	AckPublishFails Counter // end-to-end ACKs that could not be published
 }
 
 // Config is what the inbox needs of the input's configuration.
@@ -84,112 +97,16 @@ type Config struct {
 	ReceiveBufferSize int           // at least 1
 	ReplayTimeout     time.Duration // positive
 	ReplayBufferSize  int           // 0 = unbounded
-	// RetryInitial and RetryMax bound the backoff of a rejected delivery: it
-	// starts at RetryInitial and doubles per attempt up to RetryMax.
-	RetryInitial, RetryMax time.Duration
-}
-
-// Delivery is one received PUBLISH on its way through the pipeline. A
-// rejected delivery goes round again (a new attempt, see Retry) until it
-// succeeds (Complete) or its connection is lost.
-type Delivery struct {
-	Msg Message
-	Sub string // the configured filter that matched
-	// Decoded is the caller's own reading of Msg (e.g. a decoded envelope),
-	// kept across attempts; the inbox never looks at it.
-	Decoded any
-
-	cs       *connState
-	entry    *ackEntry // its place in the connection's ack order; nil for QoS 0
-	attempts int       // failed attempts so far
-	due      time.Time // when a rejected delivery may be read again
-}
-
-func (d *Delivery) qos() byte { return d.Msg.Qos() }
-
-// Conn is the connection the message arrived on.
-func (d *Delivery) Conn() Conn { return d.cs.conn }
-
-// Stale reports whether the broker redelivers d on a later connection
-// anyway: a QoS 1/2 message whose connection is lost must not be processed.
-func (d *Delivery) Stale() bool { return d.qos() > 0 && !d.cs.conn.Alive() }
-
-// ackEntry is one QoS 1/2 message in a connection's ack order.
-type ackEntry struct {
-	msg  Message
-	done bool // the pipeline (or ordinary routing) is finished with it
-}
-
-// connState is what the inbox knows about one connection: its ack order
-// and its startup replay.
-type connState struct {
-	conn    Conn
-	pubrecs *pubrecs // the session's open QoS 2 exchanges
-	m       *Metrics
-
-	// mu guards the ack order.
-	//
-	// Invariant (MQTT 3.1.1 §4.6): PUBACK/PUBREC packets leave in the order
-	// their PUBLISHes arrived. seq holds every QoS 1/2 message that will be
-	// acknowledged, in receive order; an entry's ack is sent only when it
-	// and every entry before it are done, by one sender at a time. Messages
-	// that are never acknowledged (held and dropped in startup replay) are
-	// not in seq, so they do not block the others.
-	mu      sync.Mutex
-	seq     []*ackEntry
-	sending bool
-	// inflight holds the packet IDs received and not yet acknowledged. The
-	// broker cannot reuse such an ID, so a PUBLISH carrying one is a
-	// retransmission and must not be delivered a second time.
-	inflight map[uint16]struct{}
-
-	// Guarded by Inbox.mu.
-	held       []*Delivery // unmatched messages kept unacknowledged during startup replay
-	replayOver bool        // the replay timeout passed (or replay never applies): ordinary routing
-	timer      *time.Timer
-	gone       bool // lost or closed fail-closed: every later message is ignored, its state is discarded
-}
-
-// complete marks e done and sends every ack that is now due, in order.
-// It is safe to call from any goroutine, including paho's network reader.
-func (cs *connState) complete(e *ackEntry, m *Metrics) {
-	cs.mu.Lock()
-	e.done = true
-	if cs.sending {
-		cs.mu.Unlock() // the active sender will pick it up
-		return
-	}
-	cs.sending = true
-	for {
-		var due []*ackEntry
-		for len(cs.seq) > 0 && cs.seq[0].done {
-			due = append(due, cs.seq[0])
-			cs.seq[0] = nil
-			cs.seq = cs.seq[1:]
-		}
-		if len(due) == 0 {
-			cs.sending = false
-			cs.mu.Unlock()
-			return
-		}
-		cs.mu.Unlock()
-		// Ack outside the lock: paho may block briefly while its writer is
-		// busy. On a lost connection the ack goes nowhere, on purpose: the
-		// broker redelivers the message on the next connection.
-		if cs.conn.Alive() {
-			for _, d := range due {
-				d.msg.Ack()
-				if d.msg.Qos() == 2 {
-					cs.pubrecs.sent(d.msg.MessageID())
-				}
-			}
-			m.Acked.Incr(int64(len(due)))
-		}
-		cs.mu.Lock()
-		for _, d := range due {
-			delete(cs.inflight, d.msg.MessageID())
-		}
-	}
+	// Retry is the delay before a rejected delivery is read again: it
+	// grows with the delivery's failed attempts.
+	Retry backoff.Backoff
+	// Envelope is how Read decodes a payload: a codec mode (codec.None,
+	// also ""; Ingress, Delivery, Properties).
+	Envelope string
+	// FlagMalformed delivers a malformed envelope with Decoded.Err set;
+	// otherwise Read acknowledges and drops it.
+	FlagMalformed bool
+	Ack           EndToEnd // end-to-end ACKs; zero: none
 }
 
 // Inbox sits between the client's network reader and the pipeline's Read.
@@ -248,39 +165,6 @@ func (in *Inbox) stateFor(conn Conn) *connState {
 	in.conns[conn] = cs
 	go in.watch(cs)
 	return cs
-}
-
-// watch discards a connection's state when it is lost: its held messages
-// and its queued or retrying QoS 1/2 deliveries, all unacknowledged, which
-// the broker redelivers on the next connection. QoS 0 messages have no
-// redelivery and stay.
-func (in *Inbox) watch(cs *connState) {
-	<-cs.conn.Lost()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	cs.gone = true
-	if cs.timer != nil {
-		cs.timer.Stop()
-	}
-	cs.held = nil
-	delete(in.conns, cs.conn)
-	in.setHeldGauge()
-	in.queue = dropConn(in.queue, cs)
-	in.retries = dropConn(in.retries, cs)
-	in.setQueueGauges()
-}
-
-// dropConn removes the QoS 1/2 deliveries of cs from ds.
-func dropConn(ds []*Delivery, cs *connState) []*Delivery {
-	out := ds[:0]
-	for _, d := range ds {
-		if d.cs == cs && d.qos() > 0 {
-			continue
-		}
-		out = append(out, d)
-	}
-	clear(ds[len(out):])
-	return out
 }
 
 // OnPubrel ends a QoS 2 exchange. It runs on the network reader.
@@ -353,75 +237,6 @@ func (in *Inbox) OnMessage(conn Conn, msg Message) {
 	}
 }
 
-// appendSeq puts a QoS 1/2 message at the end of its connection's ack
-// order. Called in receive order, from OnMessage only.
-func (in *Inbox) appendSeq(cs *connState, e *ackEntry) {
-	if e == nil {
-		return
-	}
-	cs.mu.Lock()
-	cs.seq = append(cs.seq, e)
-	cs.mu.Unlock()
-}
-
-// hold keeps an unmatched message of a resumed session, unacknowledged,
-// until the replay timeout. Caller holds mu.
-func (in *Inbox) hold(cs *connState, d *Delivery) {
-	limit := in.s.ReplayBufferSize
-	if limit > 0 && len(cs.held) >= limit {
-		in.failClosed(cs, d)
-		return
-	}
-	cs.held = append(cs.held, d)
-	in.setHeldGauge()
-	in.m.HeldTotal.Incr(1)
-	if cs.timer == nil {
-		// Measured from the first held message and never extended.
-		cs.timer = time.AfterFunc(in.s.ReplayTimeout, func() { in.endReplay(cs) })
-	}
-}
-
-// failClosed closes a connection whose unmatched replay overflowed
-// session_replay_buffer_size, acknowledging nothing: the messages stay in
-// the broker's session. Caller holds mu.
-func (in *Inbox) failClosed(cs *connState, d *Delivery) {
-	cs.gone = true
-	if cs.timer != nil {
-		cs.timer.Stop()
-	}
-	n := len(cs.held)
-	cs.held = nil
-	in.setHeldGauge()
-	in.m.ReplayOverflows.Incr(1)
-	err := fmt.Errorf("startup replay overflow: more than session_replay_buffer_size (%d) messages of the resumed session of client %q match none of topics %v (the latest on %q); closing the connection without acknowledging any of them, so they stay queued at the broker. Add the topics they belong to, raise session_replay_buffer_size (0 = unbounded), or clear the old subscriptions of this session",
-		in.s.ReplayBufferSize, in.s.ClientID, in.s.Topics, d.Msg.Topic())
-	in.log.Errorf("%v (%d held messages discarded locally)", err, n)
-	cs.conn.Drop(err)
-}
-
-// endReplay runs when a connection's replay timeout expires. Subscriptions
-// never change after connect, so no held message has gained a recipient:
-// every held message is dropped locally, without PUBACK or PUBREC, and the
-// connection switches to ordinary routing.
-func (in *Inbox) endReplay(cs *connState) {
-	in.mu.Lock()
-	if cs.gone {
-		in.mu.Unlock()
-		return
-	}
-	cs.replayOver = true
-	dropped := cs.held
-	cs.held = nil
-	in.setHeldGauge()
-	in.mu.Unlock()
-	if len(dropped) == 0 {
-		return
-	}
-	in.m.DroppedUnacked.Incr(int64(len(dropped)))
-	in.log.Warnf("session_replay_timeout (%s) passed: dropping %d held messages (first on topic %q) locally without acknowledging them, since they match none of topics %v. The broker keeps QoS 1/2 ones and redelivers them on the next resumed connection; until then they occupy its in-flight window",
-		in.s.ReplayTimeout, len(dropped), dropped[0].Msg.Topic(), in.s.Topics)
-}
-
 // enqueue hands a deliverable message to Next.
 func (in *Inbox) enqueue(d *Delivery) {
 	in.mu.Lock()
@@ -454,44 +269,6 @@ func (in *Inbox) dropOldestQoS0() {
 			in.qos0Dropped, in.qos0WarnedAt = 0, time.Now()
 		}
 		return
-	}
-}
-
-// Retry schedules a rejected delivery for another attempt after a backoff
-// that doubles per attempt. A QoS 1/2 delivery of a lost connection is
-// dropped instead: the broker redelivers it on the next connection.
-func (in *Inbox) Retry(d *Delivery) {
-	d.attempts++
-	wait := in.s.RetryInitial
-	for i := 1; i < d.attempts && wait < in.s.RetryMax; i++ {
-		wait = min(wait*2, in.s.RetryMax)
-	}
-	d.due = time.Now().Add(wait)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.closed || (d.qos() > 0 && (d.cs.gone || !d.cs.conn.Alive())) {
-		return
-	}
-	if d.qos() == 0 {
-		// QoS 0 has no broker window: bound its retries like its queue.
-		if in.qos0Retrying >= in.s.ReceiveBufferSize {
-			in.m.QoS0Dropped.Incr(1)
-			in.log.Warnf("Dropping a rejected QoS 0 message on topic %q: %d QoS 0 messages already wait for a retry (receive_buffer_size)", d.Msg.Topic(), in.qos0Retrying)
-			return
-		}
-		in.qos0Retrying++
-	}
-	in.m.Retried.Incr(1)
-	in.retries = append(in.retries, d)
-	in.signal()
-}
-
-// Complete marks the pipeline done with d and sends every PUBACK/PUBREC of
-// its connection that is now due, in receive order. QoS 0 has none. Safe
-// from any goroutine.
-func (d *Delivery) Complete() {
-	if d.entry != nil {
-		d.cs.complete(d.entry, d.cs.m)
 	}
 }
 
@@ -540,8 +317,10 @@ func (in *Inbox) Next(now time.Time) (_ *Delivery, wake <-chan struct{}, nextDue
 var ErrClosed = errors.New("inbox closed")
 
 // Read waits, bounded by ctx, for the next delivery that is not stale (a
-// stale one is skipped: the broker redelivers it on the next connection).
-// It returns ErrClosed once Close was called.
+// stale one is skipped: the broker redelivers it on the next connection),
+// its envelope decoded (Decoded); a malformed one is dropped unless
+// FlagMalformed (see dropMalformed). It returns ErrClosed once Close was
+// called.
 func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 	for {
 		d, wake, nextDue, closed := in.Next(time.Now())
@@ -549,7 +328,7 @@ func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 			return nil, ErrClosed
 		}
 		if d != nil {
-			if d.Stale() {
+			if d.Stale() || in.dropMalformed(d) {
 				continue
 			}
 			return d, nil
@@ -572,16 +351,6 @@ func (in *Inbox) Read(ctx context.Context) (*Delivery, error) {
 			return nil, err
 		}
 	}
-}
-
-// setHeldGauge reports the messages held now across connections. Caller
-// holds mu.
-func (in *Inbox) setHeldGauge() {
-	n := 0
-	for _, cs := range in.conns {
-		n += len(cs.held)
-	}
-	in.m.Held.Set(int64(n))
 }
 
 // setQueueGauges reports the queue split at ReceiveBufferSize: up to it

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // The inbox's collaborators, played by the test: a connection the test can
@@ -15,11 +19,14 @@ import (
 // under test, the inbox, is the real one.
 
 type testConn struct {
-	lost    chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	dropErr error
-	acked   []uint16 // packet IDs in the order their PUBACK/PUBREC left
+	lost       chan struct{}
+	once       sync.Once
+	mu         sync.Mutex
+	dropErr    error
+	acked      []uint16 // packet IDs in the order their PUBACK/PUBREC left
+	published  []mqttmsg.Publication
+	publishErr error     // what Publish returns
+	events     *[]string // when set, PUBACKs and publishes are recorded here in order
 }
 
 func newConn() *testConn { return &testConn{lost: make(chan struct{})} }
@@ -40,6 +47,16 @@ func (c *testConn) Drop(err error) {
 	c.lose()
 }
 
+func (c *testConn) Publish(_ context.Context, p mqttmsg.Publication) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.published = append(c.published, p)
+	if c.events != nil {
+		*c.events = append(*c.events, "publish "+p.Topic+" "+string(p.Payload))
+	}
+	return c.publishErr
+}
+
 func (c *testConn) lose() { c.once.Do(func() { close(c.lost) }) }
 
 func (c *testConn) ackedIDs() []uint16 {
@@ -49,22 +66,33 @@ func (c *testConn) ackedIDs() []uint16 {
 }
 
 type testMsg struct {
-	conn  *testConn
-	topic string
-	qos   byte
-	id    uint16
-	dup   bool
+	conn     *testConn
+	topic    string
+	qos      byte
+	id       uint16
+	dup      bool
+	payload  []byte // nil: "<topic>#<id>"
+	retained bool
 }
 
 func (m *testMsg) Topic() string     { return m.topic }
 func (m *testMsg) Qos() byte         { return m.qos }
 func (m *testMsg) MessageID() uint16 { return m.id }
 func (m *testMsg) Duplicate() bool   { return m.dup }
-func (m *testMsg) Retained() bool    { return false }
-func (m *testMsg) Payload() []byte   { return []byte(fmt.Sprintf("%s#%d", m.topic, m.id)) }
+func (m *testMsg) Retained() bool    { return m.retained }
+func (m *testMsg) Payload() []byte {
+	if m.payload != nil {
+		return m.payload
+	}
+	return []byte(fmt.Sprintf("%s#%d", m.topic, m.id))
+}
+func (m *testMsg) Properties() *mqttmsg.Properties { return nil }
 func (m *testMsg) Ack() {
 	m.conn.mu.Lock()
 	m.conn.acked = append(m.conn.acked, m.id)
+	if m.conn.events != nil {
+		*m.conn.events = append(*m.conn.events, fmt.Sprintf("puback %d", m.id))
+	}
 	m.conn.mu.Unlock()
 }
 
@@ -76,6 +104,7 @@ func (c *count) get() int64                { return c.n.Load() }
 
 type testMetrics struct {
 	received, acked, retried, duplicates, unmatched, heldTotal, droppedUnacked, overflows, qos0Dropped, held, buffered, backlog count
+	rejected, malformed, acksPublished, ackPublishFails                                                                         count
 }
 
 func (tm *testMetrics) metrics() *Metrics {
@@ -83,6 +112,7 @@ func (tm *testMetrics) metrics() *Metrics {
 		Received: &tm.received, Acked: &tm.acked, Retried: &tm.retried, Duplicates: &tm.duplicates,
 		Unmatched: &tm.unmatched, HeldTotal: &tm.heldTotal, DroppedUnacked: &tm.droppedUnacked,
 		ReplayOverflows: &tm.overflows, QoS0Dropped: &tm.qos0Dropped, Held: &tm.held, Buffered: &tm.buffered, Backlog: &tm.backlog,
+		Rejected: &tm.rejected, Malformed: &tm.malformed, AcksPublished: &tm.acksPublished, AckPublishFails: &tm.ackPublishFails,
 	}
 }
 
@@ -134,8 +164,8 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	if cfg.ReplayTimeout == 0 {
 		cfg.ReplayTimeout = time.Minute
 	}
-	if cfg.RetryInitial == 0 {
-		cfg.RetryInitial, cfg.RetryMax = time.Second, 4*time.Second
+	if cfg.Retry.Initial == 0 {
+		cfg.Retry = backoff.Backoff{Initial: time.Second, Max: 4 * time.Second}
 	}
 	f := &fixture{t: t, m: &testMetrics{}, log: &testLog{}}
 	f.in = New(cfg, f.m.metrics(), f.log)
@@ -352,7 +382,7 @@ func TestReplayOverflowClosesConnectionWithoutAcks(t *testing.T) {
 }
 
 func TestRetryBackoffDoublesAndRetriesGoFirst(t *testing.T) {
-	f := newFixture(t, Config{CleanSession: true, RetryInitial: time.Second, RetryMax: 3 * time.Second})
+	f := newFixture(t, Config{CleanSession: true, Retry: backoff.Backoff{Initial: time.Second, Max: 3 * time.Second}})
 	c := newConn()
 	f.send(c, "a/x", 1, 1, false)
 	d := f.next()

@@ -19,13 +19,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
-	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // ErrNotConnected is returned when an operation needs a live connection.
@@ -45,7 +44,7 @@ type Message interface {
 	Retained() bool
 	Payload() []byte
 	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
-	Properties() *Properties
+	Properties() *mqttmsg.Properties
 	Ack()
 }
 
@@ -93,9 +92,9 @@ type Conn interface {
 	// Drop closes the connection on purpose; it never blocks.
 	Drop(reason error)
 	// Publish sends one message and waits, bounded by ctx, for its completion.
-	Publish(ctx context.Context, p Publication) error
+	Publish(ctx context.Context, p mqttmsg.Publication) error
 	// PublishAsync starts a publish and returns its completion.
-	PublishAsync(p Publication) Token
+	PublishAsync(p mqttmsg.Publication) Token
 	// Limits are what the server's CONNACK allows (NoLimits on 3.1.1).
 	Limits() ServerLimits
 	// Subscribe subscribes and waits, bounded by ctx, for the SUBACK; a
@@ -129,8 +128,26 @@ type Options struct {
 	// ManualAck disables paho's automatic PUBACK/PUBREC: the caller acks
 	// each message with msg.Ack() when it is safe to.
 	ManualAck bool
-	Logger    *service.Logger
+	Logger    Logger // nil: the client logs nothing
+	// BrokerLog receives the log records of the embedded brokers this
+	// client starts (embedded://), so they follow the component's logger;
+	// nil: the broker's own default.
+	BrokerLog slog.Handler
 }
+
+// Logger is what the client logs through (Benthos's *service.Logger fits).
+type Logger interface {
+	Debugf(format string, args ...any)
+	Infof(format string, args ...any)
+	Warnf(format string, args ...any)
+}
+
+// quiet is the Logger of a client given none.
+type quiet struct{}
+
+func (quiet) Debugf(string, ...any) {}
+func (quiet) Infof(string, ...any)  {}
+func (quiet) Warnf(string, ...any)  {}
 
 // link is what every connection has, whatever its protocol: its number,
 // the CONNACK's session flag, and whether (and why) it was lost.
@@ -222,7 +239,7 @@ type Client struct {
 	cfg  Config
 	h    Handlers
 	opts Options
-	log  *service.Logger
+	log  Logger // never nil
 	dial dialer
 
 	brokerURLs []string
@@ -262,16 +279,20 @@ func newClient(cfg Config, h Handlers, opts Options) (*Client, error) {
 	if cfg.ClientID == "" {
 		return nil, errors.New("mqtt: client_id must not be empty")
 	}
+	log := opts.Logger
+	if log == nil {
+		log = quiet{}
+	}
 	c := &Client{
-		cfg: cfg, h: h, opts: opts, log: opts.Logger,
+		cfg: cfg, h: h, opts: opts, log: log,
 		changed: make(chan struct{}),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	// The embedded broker logs through this component's logger.
 	var eo []embedded.Option
-	if opts.Logger != nil {
-		eo = append(eo, embedded.WithLog(benthoslog.Handler(opts.Logger)))
+	if opts.BrokerLog != nil {
+		eo = append(eo, embedded.WithLog(opts.BrokerLog))
 	}
 	for _, raw := range cfg.URLs {
 		if !embedded.IsEmbedded(raw) {
@@ -291,7 +312,7 @@ func newClient(cfg Config, h Handlers, opts Options) (*Client, error) {
 
 func (c *Client) releaseEmbedded() {
 	for _, b := range c.embedded {
-		if err := b.Release(); err != nil && c.log != nil {
+		if err := b.Release(); err != nil {
 			c.log.Warnf("Closing embedded broker %s: %v", b.Dir(), err)
 		}
 	}
@@ -357,7 +378,7 @@ func (c *Client) Close(ctx context.Context) error {
 
 func (c *Client) loop() {
 	defer close(c.done)
-	delay := c.cfg.Reconnect.Initial
+	failures := 0 // consecutive failed attempts (and drops): the backoff's step
 	for {
 		select {
 		case <-c.closing:
@@ -366,39 +387,34 @@ func (c *Client) loop() {
 		}
 		conn, err := c.connect()
 		if err != nil {
-			if c.log != nil {
-				c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.cfg.URLs, delay, err)
-			}
+			failures++
+			delay := c.cfg.Reconnect.After(failures)
+			c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.cfg.URLs, delay, err)
 			select {
 			case <-time.After(delay):
 			case <-c.closing:
 				return
 			}
-			delay = c.cfg.Reconnect.Next(delay)
 			continue
 		}
 		c.setCurrent(conn)
-		if c.log != nil {
-			c.log.Infof("MQTT connected to %s as %q (protocol %s, session present: %v)", c.chosen(conn), c.cfg.ClientID, c.protocol(), conn.SessionPresent())
-		}
+		c.log.Infof("MQTT connected to %s as %q (protocol %s, session present: %v)", c.chosen(conn), c.cfg.ClientID, c.protocol(), conn.SessionPresent())
 		select {
 		case <-conn.Lost():
 			c.setCurrent(nil)
-			if c.log != nil {
-				c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
-			}
+			c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
 			conn.disconnect(false)
 			if conn.base().dropReason() == nil {
-				delay = c.cfg.Reconnect.Initial
+				failures = 0
 				continue
 			}
 			// A dropped connection counts as a failed attempt: back off.
+			failures++
 			select {
-			case <-time.After(delay):
+			case <-time.After(c.cfg.Reconnect.After(failures)):
 			case <-c.closing:
 				return
 			}
-			delay = c.cfg.Reconnect.Next(delay)
 		case <-c.closing:
 			c.setCurrent(nil)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.

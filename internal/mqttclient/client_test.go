@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -18,7 +20,7 @@ func config(urls ...string) mqttclient.Config {
 		ClientID:       "mqttclient-test",
 		KeepAlive:      5 * time.Second,
 		ConnectTimeout: 2 * time.Second,
-		Reconnect:      mqttclient.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		Reconnect:      backoff.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
 }
 
@@ -91,7 +93,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 		if connects.Load() < 2 {
 			t.Fatalf("OnConnect ran %d times, want one per connection", connects.Load())
 		}
-		if err := first.Publish(context.Background(), mqttclient.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
+		if err := first.Publish(context.Background(), mqttmsg.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
 			t.Fatal("publishing on a lost connection succeeded")
 		}
 	})
@@ -152,7 +154,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 				defer closeClient(t, c)
 				conn := waitReady(t, c)
 				for i := 0; i < 100; i++ {
-					if err := conn.Publish(context.Background(), mqttclient.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
+					if err := conn.Publish(context.Background(), mqttmsg.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
 						t.Fatal(err)
 					}
 				}

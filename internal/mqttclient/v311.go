@@ -9,12 +9,14 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // v3Message is a paho.mqtt.golang message: MQTT 3.1.1 has no properties.
 type v3Message struct{ paho.Message }
 
-func (v3Message) Properties() *Properties { return nil }
+func (v3Message) Properties() *mqttmsg.Properties { return nil }
 
 // pubrelStore is paho's memory store that reports PUBRELs: paho puts an
 // inbound PUBREL into its store on arrival, and offers no other hook.
@@ -40,7 +42,7 @@ var _ Conn = (*v311Conn)(nil)
 
 // Publish sends one message and waits, bounded by ctx, for its completion
 // (PUBACK for QoS 1, PUBCOMP for QoS 2, the write for QoS 0).
-func (c *v311Conn) Publish(ctx context.Context, p Publication) error {
+func (c *v311Conn) Publish(ctx context.Context, p mqttmsg.Publication) error {
 	if !c.Alive() {
 		return ErrNotConnected
 	}
@@ -48,7 +50,7 @@ func (c *v311Conn) Publish(ctx context.Context, p Publication) error {
 }
 
 // PublishAsync starts a publish and returns its token.
-func (c *v311Conn) PublishAsync(p Publication) Token {
+func (c *v311Conn) PublishAsync(p mqttmsg.Publication) Token {
 	if p.Props != nil {
 		return failedToken{ErrNeedsV5}
 	}
@@ -139,7 +141,7 @@ func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
 			}
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
-			if c.log != nil && err != nil {
+			if err != nil {
 				c.log.Debugf("MQTT connection lost: %v", err)
 			}
 			conn.markLost()

@@ -3,30 +3,29 @@ package mqttclient
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/session"
-	"github.com/eclipse/paho.golang/paho/session/state"
-	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // MQTT 5 on the low-level paho.golang client (not autopaho: the Client's
 // loop owns reconnects and sessions, as for 3.1.1). paho.golang leaves the
 // network connection to its caller, so dialV5 dials each URL itself.
 //
-// What this file adds to paho.golang, and why:
+// What v5.go (publishes, server limits), v5session.go (acknowledgements,
+// inbound QoS 2) and v5dial.go (CONNECT, one URL after another) add to
+// paho.golang, and why:
 //   - Acknowledgements. paho.golang's manual ack (EnableManualAcknowledgment)
 //     queues acks and sends them from a 50 ms ticker, and its tracker only
 //     forgets a message once acked. Instead paho's automatic ack is left on
@@ -66,7 +65,7 @@ type v5Conn struct {
 	net     net.Conn // what paho writes to; packets lock it per packet
 	pinger  *paho.DefaultPinger
 	limits  ServerLimits
-	log     *service.Logger // nil-safe
+	log     Logger
 
 	mu    sync.Mutex
 	queue []*v5Token    // publications not yet written, in call order
@@ -79,7 +78,7 @@ var _ Conn = (*v5Conn)(nil)
 func (c *v5Conn) Limits() ServerLimits { return c.limits }
 
 // Publish sends one message and waits, bounded by ctx, for its completion.
-func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
+func (c *v5Conn) Publish(ctx context.Context, p mqttmsg.Publication) error {
 	if !c.Alive() {
 		return ErrNotConnected
 	}
@@ -93,7 +92,7 @@ func (c *v5Conn) Publish(ctx context.Context, p Publication) error {
 // and so is 0x10 (no matching subscribers) with p.RequireSubscribers.
 // The queue holds what the caller has started and not seen complete, so
 // the caller's own window (the sender's) bounds its memory.
-func (c *v5Conn) PublishAsync(p Publication) Token {
+func (c *v5Conn) PublishAsync(p mqttmsg.Publication) Token {
 	if !c.Alive() {
 		return failedToken{ErrNotConnected}
 	}
@@ -113,7 +112,7 @@ func (c *v5Conn) PublishAsync(p Publication) Token {
 }
 
 // packet builds the PUBLISH for p and refuses what the server disallows.
-func (c *v5Conn) packet(p Publication) (*packets.Publish, error) {
+func (c *v5Conn) packet(p mqttmsg.Publication) (*packets.Publish, error) {
 	if p.QoS > 2 {
 		return nil, fmt.Errorf("mqtt: QoS %d does not exist (0, 1 or 2)", p.QoS)
 	}
@@ -154,7 +153,7 @@ func packetSize(pb *packets.Publish) int {
 }
 
 // packetProperties converts Properties to the packet's; never nil.
-func packetProperties(p *Properties) *packets.Properties {
+func packetProperties(p *mqttmsg.Properties) *packets.Properties {
 	out := &packets.Properties{}
 	if p == nil {
 		return out
@@ -176,13 +175,13 @@ func packetProperties(p *Properties) *packets.Properties {
 }
 
 // messageProperties converts received PUBLISH properties to Properties.
-func messageProperties(p *paho.PublishProperties) *Properties {
-	out := &Properties{}
+func messageProperties(p *paho.PublishProperties) *mqttmsg.Properties {
+	out := &mqttmsg.Properties{}
 	if p == nil {
 		return out
 	}
 	for _, u := range p.User {
-		out.User = append(out.User, UserProperty{Key: u.Key, Value: u.Value})
+		out.User = append(out.User, mqttmsg.UserProperty{Key: u.Key, Value: u.Value})
 	}
 	out.ContentType = p.ContentType
 	out.ResponseTopic = p.ResponseTopic
@@ -387,322 +386,3 @@ func (c *v5Conn) disconnect(bool) {
 
 // disconnectWait bounds each step of disconnect.
 const disconnectWait = time.Second
-
-// v5Session is paho.golang's in-memory session state for one connection,
-// with what the engines need on top: inbound PUBRELs are reported
-// (OnPubrel), paho's automatic ack is ignored under manual ack, and a
-// PUBREC's 0x10 is remembered for the QoS 2 publish it answers.
-type v5Session struct {
-	*state.State
-	manual    bool
-	onPubrel  func(id uint16)
-	onConnack func(*packets.Connack)
-
-	mu     sync.Mutex
-	noSubs map[uint16]bool // QoS 2 packet IDs whose PUBREC said 0x10
-}
-
-// ConAckReceived runs when a CONNACK accepts the connection, before paho
-// starts its reader and router.
-func (s *v5Session) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.Connack) error {
-	s.onConnack(ca)
-	return s.State.ConAckReceived(w, cp, ca)
-}
-
-// PacketReceived runs on paho's network reader for every packet with a
-// packet ID.
-func (s *v5Session) PacketReceived(p *packets.ControlPacket, pubs chan<- *packets.Publish) error {
-	switch r := p.Content.(type) {
-	case *packets.Pubrel:
-		if s.onPubrel != nil {
-			s.onPubrel(r.PacketID)
-		}
-	case *packets.Pubrec:
-		if r.ReasonCode == ReasonNoMatchingSubscribers {
-			s.mu.Lock()
-			s.noSubs[r.PacketID] = true
-			s.mu.Unlock()
-		}
-	}
-	return s.State.PacketReceived(p, pubs)
-}
-
-// Ack is paho's acknowledgement after the handlers ran; under manual ack
-// Message.Ack sends it instead.
-func (s *v5Session) Ack(pb *packets.Publish) error {
-	if s.manual {
-		return nil
-	}
-	return s.State.Ack(pb)
-}
-
-// result turns the final answer to a QoS 1/2 publish into its outcome.
-func (s *v5Session) result(t *v5Token, resp packets.ControlPacket) error {
-	var code byte
-	var props *packets.Properties
-	var name string
-	switch r := resp.Content.(type) {
-	case *packets.Puback:
-		code, props, name = r.ReasonCode, r.Properties, "PUBACK"
-	case *packets.Pubrec: // only a failing PUBREC ends a QoS 2 publish
-		code, props, name = r.ReasonCode, r.Properties, "PUBREC"
-	case *packets.Pubcomp:
-		code, props, name = r.ReasonCode, r.Properties, "PUBCOMP"
-		s.mu.Lock()
-		if code < 0x80 && s.noSubs[t.pb.PacketID] {
-			code, props, name = ReasonNoMatchingSubscribers, nil, "PUBREC"
-		}
-		delete(s.noSubs, t.pb.PacketID)
-		s.mu.Unlock()
-	default: // the state's zero packet: dropped from the session
-		return ErrNotConnected
-	}
-	if code < 0x80 && !(code == ReasonNoMatchingSubscribers && t.requireSubs) {
-		return nil
-	}
-	e := &ReasonCodeError{Packet: name, Code: code}
-	if props != nil {
-		e.Reason = props.ReasonString
-	}
-	if e.Reason == "" {
-		e.Reason = reasonName(code)
-	}
-	return fmt.Errorf("mqtt: publish to %q: %w", t.pb.Topic, e)
-}
-
-// reasonName is the protocol's name for a PUBACK/PUBREC reason code, for
-// a server that sends no reason string.
-func reasonName(code byte) string {
-	return (&packets.Puback{ReasonCode: code}).Reason()
-}
-
-// v5Message is a received MQTT 5 PUBLISH.
-type v5Message struct {
-	conn  *v5Conn
-	p     *paho.Publish
-	props *Properties
-	acked atomic.Bool // Ack sends at most once, as paho.mqtt.golang's does
-}
-
-func (m *v5Message) Topic() string           { return m.p.Topic }
-func (m *v5Message) Qos() byte               { return m.p.QoS }
-func (m *v5Message) MessageID() uint16       { return m.p.PacketID }
-func (m *v5Message) Duplicate() bool         { return m.p.Duplicate() }
-func (m *v5Message) Retained() bool          { return m.p.Retain }
-func (m *v5Message) Payload() []byte         { return m.p.Payload }
-func (m *v5Message) Properties() *Properties { return m.props }
-
-// Ack sends the PUBACK/PUBREC now under Options.ManualAck (paho already
-// acknowledged it otherwise). An ack for a message of a lost connection
-// goes nowhere: its Conn is no longer alive, and its socket and session
-// state are not the next connection's.
-func (m *v5Message) Ack() {
-	c := m.conn
-	if !c.session.manual || !c.Alive() || m.acked.Swap(true) {
-		return
-	}
-	switch m.p.QoS {
-	case 1: // the session state only writes it, in four calls
-		_ = c.write(&packets.Puback{PacketID: m.p.PacketID, Properties: &packets.Properties{}})
-	case 2: // the state also records the PUBREC
-		_ = c.session.State.Ack(&packets.Publish{QoS: 2, PacketID: m.p.PacketID})
-	}
-}
-
-// dialV5 makes one MQTT 5 connection attempt: each URL in order, each with
-// its own connect_timeout (a node that accepts TCP and never answers must
-// not use up the attempt).
-func (c *Client) dialV5(gen uint64, closing <-chan struct{}) (conn, error) {
-	var errs []error
-	for _, u := range c.brokerURLs {
-		conn, err := c.tryV5(gen, u, closing)
-		if err == nil {
-			conn.broker = u
-			return conn, nil
-		}
-		select {
-		case <-closing:
-			return nil, ErrClosed
-		default:
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", u, err))
-	}
-	return nil, errors.Join(errs...)
-}
-
-// tryV5 dials raw and sends CONNECT, bounded by connect_timeout.
-func (c *Client) tryV5(gen uint64, raw string, closing <-chan struct{}) (*v5Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
-	nc, err := dialURL(ctx, raw, c.cfg.TLS)
-	if err != nil {
-		return nil, err
-	}
-	conn := &v5Conn{
-		link:   newLink(gen),
-		net:    packets.NewThreadSafeConn(nc),
-		pinger: paho.NewDefaultPinger(),
-		wake:   make(chan struct{}, 1),
-		log:    c.log,
-	}
-	conn.session = &v5Session{State: state.NewInMemory(), manual: c.opts.ManualAck, noSubs: map[uint16]bool{},
-		// Before paho starts delivering: OnMessage may read them at once.
-		onConnack: func(ca *packets.Connack) {
-			conn.sessionPresent = ca.SessionPresent
-			conn.limits = serverLimits(paho.ConnackFromPacketConnack(ca))
-		}}
-	if c.h.OnPubrel != nil {
-		conn.session.onPubrel = func(id uint16) { c.h.OnPubrel(conn, id) }
-	}
-	cc := paho.ClientConfig{
-		ClientID:    c.cfg.ClientID,
-		Conn:        conn.net,
-		Session:     conn.session,
-		PingHandler: conn.pinger,
-		// Bounds CONNECT and SUBSCRIBE only (publishes bypass paho's
-		// Publish); both also have their own contexts.
-		PacketTimeout: c.cfg.ConnectTimeout,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(r paho.PublishReceived) (bool, error) {
-				if c.h.OnMessage != nil {
-					c.h.OnMessage(conn, &v5Message{conn: conn, p: r.Packet, props: messageProperties(r.Packet.Properties)})
-				}
-				return true, nil
-			},
-		},
-		OnServerDisconnect: func(d *paho.Disconnect) {
-			reason := ""
-			if d.Properties != nil {
-				reason = d.Properties.ReasonString
-			}
-			if reason == "" {
-				reason = (&packets.Disconnect{ReasonCode: d.ReasonCode}).Reason()
-			}
-			conn.log.Warnf("MQTT server sent DISCONNECT with reason code 0x%02x: %s", d.ReasonCode, reason)
-			conn.markLost()
-		},
-		OnClientError: func(err error) {
-			conn.log.Debugf("MQTT connection lost: %v", err)
-			conn.markLost()
-		},
-	}
-	conn.cli = paho.NewClient(cc)
-
-	ca, err := conn.cli.Connect(ctx, c.connectPacket())
-	if err != nil {
-		_ = nc.Close()
-		if ca != nil && ca.ReasonCode >= 0x80 {
-			e := &ReasonCodeError{Packet: "CONNACK", Code: ca.ReasonCode}
-			if ca.Properties != nil {
-				e.Reason = ca.Properties.ReasonString
-			}
-			if e.Reason == "" {
-				e.Reason = (&packets.Connack{ReasonCode: ca.ReasonCode}).Reason()
-			}
-			return nil, e
-		}
-		if ctx.Err() != nil && err == ctx.Err() {
-			return nil, fmt.Errorf("no CONNACK within connect_timeout %s", c.cfg.ConnectTimeout)
-		}
-		return nil, err
-	}
-	// paho's client ends with the network connection; so does the Conn.
-	go func() {
-		select {
-		case <-conn.cli.Done():
-			conn.markLost()
-		case <-conn.Lost():
-		}
-	}()
-	go conn.sendLoop()
-	return conn, nil
-}
-
-// connectPacket is the CONNECT of every attempt.
-func (c *Client) connectPacket() *paho.Connect {
-	cp := &paho.Connect{
-		ClientID:     c.cfg.ClientID,
-		CleanStart:   c.cfg.CleanSession,
-		KeepAlive:    uint16(min(c.cfg.KeepAlive/time.Second, math.MaxUint16)),
-		Username:     c.cfg.User,
-		UsernameFlag: c.cfg.User != "",
-		Password:     []byte(c.cfg.Password),
-		PasswordFlag: c.cfg.Password != "",
-		// Reason strings on failures; and mochi v2.7.9 (embedded://) leaves
-		// user properties out of PUBLISH packets to a client that says 0.
-		Properties: &paho.ConnectProperties{RequestProblemInfo: true},
-	}
-	if expiry := c.cfg.sessionExpiry(); expiry > 0 {
-		cp.Properties.SessionExpiryInterval = &expiry
-	}
-	if c.cfg.ReceiveMaximum > 0 {
-		rm := c.cfg.ReceiveMaximum
-		cp.Properties.ReceiveMaximum = &rm
-	}
-	if w := c.cfg.Will; w != nil {
-		cp.WillMessage = &paho.WillMessage{Topic: w.Topic, Payload: w.Payload, QoS: w.QoS, Retain: w.Retained}
-	}
-	return cp
-}
-
-// serverLimits reads the CONNACK's limits, with the protocol's defaults
-// for what it leaves out.
-func serverLimits(ca *paho.Connack) ServerLimits {
-	l := NoLimits
-	p := ca.Properties
-	if p == nil {
-		return l
-	}
-	if p.ReceiveMaximum != nil {
-		l.ReceiveMaximum = *p.ReceiveMaximum
-	}
-	if p.MaximumQoS != nil {
-		l.MaximumQoS = *p.MaximumQoS
-	}
-	if p.MaximumPacketSize != nil {
-		l.MaximumPacketSize = *p.MaximumPacketSize
-	}
-	l.RetainAvailable = p.RetainAvailable
-	return l
-}
-
-// dialURL opens the network connection for one broker URL: tcp:// (also
-// mqtt://), ssl:// (also tls://, mqtts://) with tlsConf, ws:// or wss://.
-func dialURL(ctx context.Context, raw string, tlsConf *tls.Config) (net.Conn, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	switch u.Scheme {
-	case "tcp", "mqtt":
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", hostPort(u, "1883"))
-	case "ssl", "tls", "mqtts":
-		if tlsConf == nil {
-			tlsConf = &tls.Config{}
-		}
-		d := tls.Dialer{Config: tlsConf}
-		return d.DialContext(ctx, "tcp", hostPort(u, "8883"))
-	case "ws":
-		return dialWebSocket(ctx, raw, nil)
-	case "wss":
-		return dialWebSocket(ctx, raw, tlsConf)
-	default:
-		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
-	}
-}
-
-func hostPort(u *url.URL, port string) string {
-	if u.Port() != "" {
-		return u.Host
-	}
-	return net.JoinHostPort(u.Hostname(), port)
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -60,12 +61,12 @@ func TestWebSocketURLs(t *testing.T) {
 				waitReady(t, startWith(t, sub, map[string]byte{"ws/#": 1}, got, mqttclient.Options{}))
 				conn := waitReady(t, startWith(t, pub, nil, nil, mqttclient.Options{}))
 				payload := []byte{0x00, 0xff, 0xfe, 'w', 's'}
-				var props *mqttclient.Properties
+				var props *mqttmsg.Properties
 				if pub.ProtocolVersion == mqttclient.V5 {
-					props = &mqttclient.Properties{User: []mqttclient.UserProperty{{Key: "event_id", Value: "ws-1"}}}
+					props = &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "event_id", Value: "ws-1"}}}
 				}
 				for range 50 {
-					publish(t, conn, mqttclient.Publication{Topic: "ws/t", QoS: 1, Payload: payload, Props: props})
+					publish(t, conn, mqttmsg.Publication{Topic: "ws/t", QoS: 1, Payload: payload, Props: props})
 				}
 				for _, msg := range got.waitFor(t, 50, 10*time.Second) {
 					if string(msg.Payload()) != string(payload) {

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // User property names of `envelope: properties`: the same names, and the
@@ -29,14 +29,14 @@ const (
 // event_id first, then destination_topic when destTopic is not empty (the
 // ingress hop), then the user properties of extra in their order, and the
 // other properties of extra. extra may be nil and is not modified.
-func Stamp(extra *mqttclient.Properties, eventID, destTopic string) *mqttclient.Properties {
-	p := &mqttclient.Properties{}
+func Stamp(extra *mqttmsg.Properties, eventID, destTopic string) *mqttmsg.Properties {
+	p := &mqttmsg.Properties{}
 	if extra != nil {
 		*p = *extra
 	}
-	user := []mqttclient.UserProperty{{Key: KeyEventID, Value: eventID}}
+	user := []mqttmsg.UserProperty{{Key: KeyEventID, Value: eventID}}
 	if destTopic != "" {
-		user = append(user, mqttclient.UserProperty{Key: KeyDestTopic, Value: destTopic})
+		user = append(user, mqttmsg.UserProperty{Key: KeyDestTopic, Value: destTopic})
 	}
 	p.User = append(user, p.User...)
 	return p
@@ -53,7 +53,7 @@ type Envelope struct {
 // message is malformed for `envelope: properties`: no event_id (a 3.1.1
 // message has no properties at all), an invalid one, two of either, or an
 // invalid destination topic.
-func Read(p *mqttclient.Properties) (Envelope, error) {
+func Read(p *mqttmsg.Properties) (Envelope, error) {
 	var e Envelope
 	if p == nil {
 		return e, fmt.Errorf("%w: no MQTT 5 properties (an MQTT 3.1.1 publish, or one without user properties), so no %s user property", envelope.ErrMalformed, KeyEventID)
@@ -101,7 +101,7 @@ const (
 // the order they arrived), then the content type, response topic,
 // correlation data (its bytes as they are) and message expiry (whole
 // seconds, e.g. "60s") when present. Nothing for nil.
-func Metadata(p *mqttclient.Properties, set func(key string, value any)) {
+func Metadata(p *mqttmsg.Properties, set func(key string, value any)) {
 	if p == nil {
 		return
 	}
@@ -201,7 +201,7 @@ type stored struct {
 
 // StoreTopic returns the topic field of an outbox record for a publish to
 // topic with properties p (topic itself when p is nil).
-func StoreTopic(topic string, p *mqttclient.Properties) string {
+func StoreTopic(topic string, p *mqttmsg.Properties) string {
 	if p == nil {
 		return topic
 	}
@@ -230,7 +230,7 @@ var ErrStoredTopic = errors.New("unreadable MQTT 5 properties in a stored record
 
 // LoadTopic splits an outbox record's topic field into the publish topic
 // and its properties (nil for a record stored without any).
-func LoadTopic(s string) (string, *mqttclient.Properties, error) {
+func LoadTopic(s string) (string, *mqttmsg.Properties, error) {
 	topic, raw, ok := strings.Cut(s, storedSep)
 	if !ok {
 		return s, nil, nil
@@ -239,10 +239,10 @@ func LoadTopic(s string) (string, *mqttclient.Properties, error) {
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		return topic, nil, fmt.Errorf("%w (topic %q): %v", ErrStoredTopic, topic, err)
 	}
-	p := &mqttclient.Properties{ContentType: st.ContentType, ResponseTopic: st.ResponseTopic,
+	p := &mqttmsg.Properties{ContentType: st.ContentType, ResponseTopic: st.ResponseTopic,
 		CorrelationData: st.Correlation, MessageExpiry: time.Duration(st.ExpirySeconds) * time.Second}
 	for _, u := range st.User {
-		p.User = append(p.User, mqttclient.UserProperty{Key: u[0], Value: u[1]})
+		p.User = append(p.User, mqttmsg.UserProperty{Key: u[0], Value: u[1]})
 	}
 	return topic, p, nil
 }
@@ -257,8 +257,8 @@ type Outgoing struct {
 
 // Properties checks o and returns its properties, the user properties
 // sorted by name so that equal fields give equal records.
-func (o Outgoing) Properties() (*mqttclient.Properties, error) {
-	p := &mqttclient.Properties{User: sortedUser(o.User), ContentType: o.ContentType}
+func (o Outgoing) Properties() (*mqttmsg.Properties, error) {
+	p := &mqttmsg.Properties{User: sortedUser(o.User), ContentType: o.ContentType}
 	for _, u := range p.User {
 		if err := CheckString("user property "+u.Key, u.Value); err != nil {
 			return nil, err
@@ -275,7 +275,7 @@ func (o Outgoing) Properties() (*mqttclient.Properties, error) {
 }
 
 // sortedUser turns a map of user properties into a list sorted by name.
-func sortedUser(m map[string]string) []mqttclient.UserProperty {
+func sortedUser(m map[string]string) []mqttmsg.UserProperty {
 	if len(m) == 0 {
 		return nil
 	}
@@ -284,9 +284,9 @@ func sortedUser(m map[string]string) []mqttclient.UserProperty {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	out := make([]mqttclient.UserProperty, len(keys))
+	out := make([]mqttmsg.UserProperty, len(keys))
 	for i, k := range keys {
-		out[i] = mqttclient.UserProperty{Key: k, Value: m[k]}
+		out[i] = mqttmsg.UserProperty{Key: k, Value: m[k]}
 	}
 	return out
 }

@@ -8,19 +8,19 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
-func up(kv ...string) []mqttclient.UserProperty {
-	var out []mqttclient.UserProperty
+func up(kv ...string) []mqttmsg.UserProperty {
+	var out []mqttmsg.UserProperty
 	for i := 0; i < len(kv); i += 2 {
-		out = append(out, mqttclient.UserProperty{Key: kv[i], Value: kv[i+1]})
+		out = append(out, mqttmsg.UserProperty{Key: kv[i], Value: kv[i+1]})
 	}
 	return out
 }
 
 func TestStampPutsEventIDAndDestinationFirstAndKeepsExtra(t *testing.T) {
-	extra := &mqttclient.Properties{User: up("site", "a"), ContentType: "application/octet-stream", MessageExpiry: time.Minute}
+	extra := &mqttmsg.Properties{User: up("site", "a"), ContentType: "application/octet-stream", MessageExpiry: time.Minute}
 	p := Stamp(extra, "ev-1", "plant/line1")
 	if want := up("event_id", "ev-1", "destination_topic", "plant/line1", "site", "a"); !reflect.DeepEqual(p.User, want) {
 		t.Fatalf("user properties %v, want %v", p.User, want)
@@ -48,7 +48,7 @@ func TestReadRoundTripsStamp(t *testing.T) {
 }
 
 func TestReadRefusesWhatIsNotAnEnvelope(t *testing.T) {
-	cases := map[string]*mqttclient.Properties{
+	cases := map[string]*mqttmsg.Properties{
 		"no properties":       nil,
 		"no event_id":         {User: up("destination_topic", "a/b")},
 		"empty event_id":      {User: up("event_id", "")},
@@ -71,7 +71,7 @@ func TestReadRefusesWhatIsNotAnEnvelope(t *testing.T) {
 }
 
 func TestMetadataNamesEveryPropertyAndListsRepeatedNames(t *testing.T) {
-	p := &mqttclient.Properties{
+	p := &mqttmsg.Properties{
 		User:            up("site", "a", "tag", "x", "tag", "y", "event_id", "ev-1"),
 		ContentType:     "application/json",
 		ResponseTopic:   "replies/1",
@@ -98,7 +98,7 @@ func TestMetadataNamesEveryPropertyAndListsRepeatedNames(t *testing.T) {
 	}
 	got = nil
 	Metadata(nil, func(k string, v any) { got = append(got, kv{k, v}) })
-	Metadata(&mqttclient.Properties{}, func(k string, v any) { got = append(got, kv{k, v}) })
+	Metadata(&mqttmsg.Properties{}, func(k string, v any) { got = append(got, kv{k, v}) })
 	if len(got) != 0 {
 		t.Fatalf("no properties gave metadata %v", got)
 	}
@@ -111,7 +111,7 @@ func TestStoredTopicRoundTripsAndPlainTopicsStayPlain(t *testing.T) {
 	if topic, p, err := LoadTopic("a/b"); topic != "a/b" || p != nil || err != nil {
 		t.Fatalf("LoadTopic(plain) = %q, %v, %v", topic, p, err)
 	}
-	p := &mqttclient.Properties{
+	p := &mqttmsg.Properties{
 		User:            up("event_id", "ev-1", "destination_topic", "x/y", "k", "v\"with\\quotes", "k", "again"),
 		ContentType:     "application/octet-stream",
 		ResponseTopic:   "r",
@@ -141,7 +141,7 @@ func TestOutgoingIsDeterministicAndChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &mqttclient.Properties{User: up("a", "2", "m", "3", "z", "1"), ContentType: "text/plain", MessageExpiry: 90 * time.Second}
+		want := &mqttmsg.Properties{User: up("a", "2", "m", "3", "z", "1"), ContentType: "text/plain", MessageExpiry: 90 * time.Second}
 		if !reflect.DeepEqual(p, want) {
 			t.Fatalf("Properties() = %+v, want %+v", p, want)
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
@@ -94,18 +95,9 @@ func (d *Direct) forget(id string, ch chan struct{}) {
 	}
 }
 
-// Message is one publish in direct mode.
-type Message struct {
-	EventID string
-	Topic   string
-	Payload []byte
-	Retain  bool
-	Props   *mqttclient.Properties // MQTT 5 only
-}
-
 // Send publishes rec and returns once it is confirmed, or an error after
 // PublishTimeout (PUBACK) or AckTimeout (end-to-end ACK).
-func (d *Direct) Send(ctx context.Context, rec Message) error {
+func (d *Direct) Send(ctx context.Context, rec codec.Message) error {
 	pubCtx, cancel := context.WithTimeout(ctx, d.s.PublishTimeout)
 	defer cancel()
 	conn, err := d.client.WaitReady(pubCtx)
@@ -146,7 +138,7 @@ func (d *Direct) Send(ctx context.Context, rec Message) error {
 
 // SendAll sends the records whose errs entry is nil concurrently, each
 // waiting for its own confirmation, and stores each outcome in errs.
-func (d *Direct) SendAll(ctx context.Context, recs []Message, errs []error) {
+func (d *Direct) SendAll(ctx context.Context, recs []codec.Message, errs []error) {
 	var wg sync.WaitGroup
 	for i, rec := range recs {
 		if errs[i] != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
@@ -128,7 +129,7 @@ func TestUnreadTokensSkipFlightsConfirmedFirst(t *testing.T) {
 }
 
 func TestRecordPublicationCarriesStoredProperties(t *testing.T) {
-	props := properties.Stamp(&mqttclient.Properties{ContentType: "application/octet-stream"}, "ev-1", "dest/topic")
+	props := properties.Stamp(&mqttmsg.Properties{ContentType: "application/octet-stream"}, "ev-1", "dest/topic")
 	rec := outbox.Record{EventID: "ev-1", Topic: properties.StoreTopic("data", props), Payload: []byte{0xff, 0, 1}}
 	pub, err := recordPublication(rec, Config{RequireSubscribers: true})
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
@@ -19,19 +21,19 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // recordPublication is the publish of an outbox record: its topic field
 // may carry MQTT 5 properties (see properties.StoreTopic).
-func recordPublication(r outbox.Record, c Config) (mqttclient.Publication, error) {
+func recordPublication(r outbox.Record, c Config) (mqttmsg.Publication, error) {
 	topic, props, err := properties.LoadTopic(r.Topic)
 	if err != nil {
-		return mqttclient.Publication{}, err
+		return mqttmsg.Publication{}, err
 	}
-	return publication(Message{Topic: topic, Payload: r.Payload, Retain: c.Retained, Props: props}, c), nil
+	return publication(codec.Message{Topic: topic, Payload: r.Payload, Retain: c.Retained, Props: props}, c), nil
 }
 
 // publication is the QoS 1 publish of m. The transport refuses what the
 // server's CONNACK does not allow (Maximum QoS, Retain Available, Maximum
 // Packet Size) before sending it, and the record stays.
-func publication(m Message, c Config) mqttclient.Publication {
-	return mqttclient.Publication{Topic: m.Topic, QoS: 1, Retained: m.Retain, Payload: m.Payload,
+func publication(m codec.Message, c Config) mqttmsg.Publication {
+	return mqttmsg.Publication{Topic: m.Topic, QoS: 1, Retained: m.Retain, Payload: m.Payload,
 		Props: m.Props, RequireSubscribers: c.RequireSubscribers}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
@@ -25,7 +26,7 @@ type Config struct {
 	AckTopic       string
 	AckTimeout     time.Duration // wait for an end-to-end ACK
 	Retained       bool          // the retain flag of outbox records
-	Retry          mqttclient.Backoff
+	Retry          backoff.Backoff
 	// RequireSubscribers sets Publication.RequireSubscribers: on MQTT 5 a
 	// PUBACK 0x10 (no matching subscribers) fails the publish, so the
 	// record stays and is resent after the retry backoff.
@@ -118,7 +119,7 @@ func (sd *Sender) Run(ctx context.Context) {
 	go func() { sd.removal.run(ctx); close(removerDone) }()
 	defer func() { <-removerDone }()
 
-	delay := sd.s.Retry.Initial
+	failures := 0 // consecutive sessions without progress: the backoff's step
 	for {
 		sd.m.SetConnected(false)
 		conn, err := sd.client.WaitReady(ctx)
@@ -131,8 +132,10 @@ func (sd *Sender) Run(ctx context.Context) {
 			return
 		}
 		if progress {
-			delay = sd.s.Retry.Initial
+			failures = 0
 		}
+		failures++
+		delay := sd.s.Retry.After(failures)
 		sd.m.OnRetried()
 		if errors.Is(err, boltfile.ErrDamaged) {
 			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
@@ -144,7 +147,6 @@ func (sd *Sender) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = sd.s.Retry.Next(delay)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // instantConn is a connection whose server PUBACKs every publish at once
@@ -18,14 +20,14 @@ type instantConn struct {
 	lost       chan struct{}
 }
 
-func (c *instantConn) Gen() uint64                                           { return 1 }
-func (c *instantConn) SessionPresent() bool                                  { return false }
-func (c *instantConn) Lost() <-chan struct{}                                 { return c.lost }
-func (c *instantConn) Alive() bool                                           { return true }
-func (c *instantConn) Drop(error)                                            {}
-func (c *instantConn) Publish(context.Context, mqttclient.Publication) error { return nil }
-func (c *instantConn) PublishAsync(mqttclient.Publication) Token             { return doneToken{} }
-func (c *instantConn) Subscribe(context.Context, map[string]byte) error      { return nil }
+func (c *instantConn) Gen() uint64                                        { return 1 }
+func (c *instantConn) SessionPresent() bool                               { return false }
+func (c *instantConn) Lost() <-chan struct{}                              { return c.lost }
+func (c *instantConn) Alive() bool                                        { return true }
+func (c *instantConn) Drop(error)                                         {}
+func (c *instantConn) Publish(context.Context, mqttmsg.Publication) error { return nil }
+func (c *instantConn) PublishAsync(mqttmsg.Publication) Token             { return doneToken{} }
+func (c *instantConn) Subscribe(context.Context, map[string]byte) error   { return nil }
 func (c *instantConn) Limits() mqttclient.ServerLimits {
 	l := mqttclient.NoLimits
 	l.ReceiveMaximum = c.receiveMax
@@ -74,7 +76,7 @@ func TestSessionReportsTheWindowAndLogsAServerLimitOnce(t *testing.T) {
 	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
 	log := &lockedLog{}
 	conn := &instantConn{receiveMax: 2, lost: make(chan struct{})}
-	sd := New(Config{Window: 64, PublishTimeout: time.Minute, Retry: mqttclient.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
+	sd := New(Config{Window: 64, PublishTimeout: time.Minute, Retry: backoff.Backoff{Initial: time.Millisecond, Max: time.Millisecond}},
 		ob, oneConn{conn}, NewAckQueue(), NewIgnoredACKs(m, log), m, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	go sd.Run(ctx)

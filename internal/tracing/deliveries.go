@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
@@ -56,7 +56,7 @@ func NewDeliveries(tp trace.TracerProvider, hop string) *Deliveries {
 // record's properties carrying the new span's trace context when withProps
 // (MQTT 5), else props unchanged. A second write of an event whose span is
 // still open keeps the first span: the outbox keeps the first record.
-func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mqttclient.Properties, withProps bool) *mqttclient.Properties {
+func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mqttmsg.Properties, withProps bool) *mqttmsg.Properties {
 	if d == nil {
 		return props
 	}

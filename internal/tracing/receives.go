@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // Receives start the span of each delivery attempt a receiving hop hands
@@ -31,7 +31,7 @@ func NewReceives(tp trace.TracerProvider, hop string) *Receives {
 
 // Start returns ctx with the span of one delivery attempt of eventID
 // ("" when the message has none), received on topic with properties p.
-func (r *Receives) Start(ctx context.Context, p *mqttclient.Properties, eventID, topic string) context.Context {
+func (r *Receives) Start(ctx context.Context, p *mqttmsg.Properties, eventID, topic string) context.Context {
 	if r == nil {
 		return ctx
 	}

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // User property names of the W3C trace context.
@@ -61,20 +61,20 @@ func On(tp trace.TracerProvider) bool {
 // Inject returns p with the trace context of ctx as user properties
 // (replacing any traceparent or tracestate already there), p itself when
 // ctx carries no valid span context. p is not modified.
-func Inject(ctx context.Context, p *mqttclient.Properties) *mqttclient.Properties {
+func Inject(ctx context.Context, p *mqttmsg.Properties) *mqttmsg.Properties {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return p
 	}
 	carrier := propagation.MapCarrier{}
 	propagator.Inject(ctx, carrier)
-	out := &mqttclient.Properties{}
+	out := &mqttmsg.Properties{}
 	if p != nil {
 		*out = *p
 	}
 	out.User = slices.DeleteFunc(slices.Clone(out.User), isTraceKey)
 	for _, k := range []string{KeyTraceparent, KeyTracestate} {
 		if v := carrier.Get(k); v != "" {
-			out.User = append(out.User, mqttclient.UserProperty{Key: k, Value: v})
+			out.User = append(out.User, mqttmsg.UserProperty{Key: k, Value: v})
 		}
 	}
 	return out
@@ -82,7 +82,7 @@ func Inject(ctx context.Context, p *mqttclient.Properties) *mqttclient.Propertie
 
 // Extract returns ctx with the remote span context of p's traceparent (and
 // tracestate), ctx itself when p has none or an invalid one.
-func Extract(ctx context.Context, p *mqttclient.Properties) context.Context {
+func Extract(ctx context.Context, p *mqttmsg.Properties) context.Context {
 	if p == nil {
 		return ctx
 	}
@@ -98,14 +98,14 @@ func Extract(ctx context.Context, p *mqttclient.Properties) context.Context {
 	return propagator.Extract(ctx, carrier)
 }
 
-func isTraceKey(u mqttclient.UserProperty) bool {
+func isTraceKey(u mqttmsg.UserProperty) bool {
 	return u.Key == KeyTraceparent || u.Key == KeyTracestate
 }
 
 // WithoutContext returns p without its trace context, for comparing two
 // writes of one event: the traceparent differs on every write, the event
 // does not. nil when nothing else is left.
-func WithoutContext(p *mqttclient.Properties) *mqttclient.Properties {
+func WithoutContext(p *mqttmsg.Properties) *mqttmsg.Properties {
 	if p == nil || !slices.ContainsFunc(p.User, isTraceKey) {
 		return p
 	}

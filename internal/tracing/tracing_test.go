@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
@@ -32,7 +32,7 @@ func attr(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 func TestTheReceivedSpanIsAChildOfTheSentSpanInOneTrace(t *testing.T) {
 	rec, tp := recorder()
 	d := NewDeliveries(tp, "publisher")
-	in := &mqttclient.Properties{User: []mqttclient.UserProperty{{Key: "site", Value: "a"}, {Key: KeyTraceparent, Value: "stale"}}}
+	in := &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "a"}, {Key: KeyTraceparent, Value: "stale"}}}
 	props := d.Start(context.Background(), "ev-1", "reliable/ingress", in, true)
 	if len(in.User) != 2 || in.User[1].Value != "stale" {
 		t.Fatalf("Start modified the caller's properties: %+v", in.User)
@@ -112,7 +112,7 @@ func TestWithTheTracerOffNothingChanges(t *testing.T) {
 		t.Fatal("a no-op provider must give nil trackers")
 	}
 	var d *Deliveries
-	p := &mqttclient.Properties{ContentType: "a"}
+	p := &mqttmsg.Properties{ContentType: "a"}
 	if got := d.Start(context.Background(), "e", "t", p, true); got != p {
 		t.Errorf("Start with the tracer off changed the properties: %+v", got)
 	}
@@ -127,7 +127,7 @@ func TestWithTheTracerOffNothingChanges(t *testing.T) {
 func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 	_, tp := recorder()
 	d := NewDeliveries(tp, "out")
-	base := &mqttclient.Properties{User: []mqttclient.UserProperty{{Key: "site", Value: "a"}}}
+	base := &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "a"}}}
 	p1 := d.Start(context.Background(), "e1", "t", base, true)
 	p2 := d.Start(context.Background(), "e2", "t", base, true)
 	a, b := properties.StoreTopic("t", p1), properties.StoreTopic("t", p2)
@@ -137,7 +137,7 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 	if !SameStoredTopic(a, b) {
 		t.Error("records differing only in traceparent must be the same record")
 	}
-	if SameStoredTopic(a, properties.StoreTopic("t", &mqttclient.Properties{User: []mqttclient.UserProperty{{Key: "site", Value: "b"}}})) {
+	if SameStoredTopic(a, properties.StoreTopic("t", &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "b"}}})) {
 		t.Error("records with different user properties must differ")
 	}
 	if !SameStoredTopic(properties.StoreTopic("t", Inject(trace.ContextWithSpanContext(context.Background(), spanContextOf(p1)), nil)), "t") {
@@ -145,7 +145,7 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 	}
 }
 
-func spanContextOf(p *mqttclient.Properties) trace.SpanContext {
+func spanContextOf(p *mqttmsg.Properties) trace.SpanContext {
 	return trace.SpanContextFromContext(Extract(context.Background(), p))
 }
 

@@ -3,9 +3,10 @@
 // the pipeline is done with it.
 //
 // This package is the Benthos glue (spec, constructor, lifecycle, metrics,
-// end-to-end ACKs); envelope decoding lives in internal/codec, and the ack
-// order, packet-ID tracking, startup-replay hold, retry queue and resume log
-// in internal/inbox.
+// metadata); envelope decoding lives in internal/codec, and the order in
+// which an attempt ends (delivery hooks, end-to-end ACK, PUBACK, or a
+// retry: inbox.Settle), the ack order, packet-ID tracking, startup-replay
+// hold, retry queue and resume log in internal/inbox.
 //
 // # Delivery hooks (for processor authors)
 //
@@ -44,16 +45,17 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 const (
@@ -123,7 +125,7 @@ Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before t
 ### MQTT 3.1.1 and MQTT 5
 
 Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` reads the event ID from user properties and leaves the payload bytes alone; received properties become metadata (above); `+"`receive_buffer_size`"+` is sent as Receive Maximum; `+"`session_expiry_interval`"+` bounds how long the broker keeps the session.`).
-		Fields(mqttclient.ConnectionFields()...).
+		Fields(mqttconf.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
 				Description("MQTT client ID. Required and stable: it names the persistent session that keeps subscriptions and queued messages across restarts. Two processes with one ID take the session from each other.").
@@ -160,12 +162,12 @@ Every field and option applies to both protocol versions unless its description 
 				Description("When set (requires `envelope: ingress`, `delivery` or `properties`), publish an end-to-end ACK for each successfully processed message to this topic before acknowledging the source.").
 				Default("").Example("reliomq/acks"),
 		).
-		Fields(mqttclient.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
+		Fields(mqttconf.AckAuthFields("With `ack_topic`, every ACK carries `\"auth\"`: the lowercase hex HMAC-SHA256 of its event ID under this key (the first of `ack_auth_keys`).")...).
 		Fields(
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
-			mqttclient.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
+			mqttconf.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
 		LintRule(inputLintRule).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
@@ -239,11 +241,11 @@ type settings struct {
 	ackTopic          string
 	ackAuthKey        []byte // nil: plain reliomq v1 ACKs
 	ackPublishTimeout time.Duration
-	retry             mqttclient.Backoff
+	retry             backoff.Backoff
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
-	if s.client, err = mqttclient.ParseConfig(conf); err != nil {
+	if s.client, err = mqttconf.ParseConfig(conf); err != nil {
 		return s, err
 	}
 	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
@@ -287,7 +289,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
+	if s.envelope, err = mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
 		return s, err
 	}
 	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
@@ -295,7 +297,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	// Receive Maximum: as many unacknowledged messages as can wait here.
 	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
-	onMalformed, err := mqttclient.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
+	onMalformed, err := mqttconf.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
 	if err != nil {
 		return s, err
 	}
@@ -311,7 +313,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, fmt.Errorf("ack_topic %q: %w", s.ackTopic, err)
 		}
 	}
-	keys, err := mqttclient.ParseAckAuthKeys(conf)
+	keys, err := mqttconf.ParseAckAuthKeys(conf)
 	if err != nil {
 		return s, err
 	}
@@ -324,7 +326,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
 	}
-	if s.retry, err = mqttclient.ParseBackoff(conf, fieldRetry); err != nil {
+	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
 	if s.ackPublishTimeout <= 0 {
@@ -371,16 +373,36 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		ReceiveBufferSize: s.receiveBufferSize,
 		ReplayTimeout:     s.replayTimeout,
 		ReplayBufferSize:  s.replayBufferSize,
-		RetryInitial:      s.retry.Initial,
-		RetryMax:          s.retry.Max,
+		Retry:             s.retry,
+		Envelope:          s.envelope,
+		FlagMalformed:     s.flagMalformed,
 	}
-	in := inbox.New(cfg, &m.inbox, mgr.Logger())
 	hop := mgr.Label()
 	if hop == "" {
 		hop = "reliable_mqtt_in"
 	}
-	return &input{s: s, log: mgr.Logger(), m: m, in: in, resumed: inbox.NewResumeLog(cfg, mgr.Logger()), spans: tracing.NewReceives(mgr.OtelTracer(), hop),
-		retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}, nil
+	i := &input{s: s, log: mgr.Logger(), m: m, spans: tracing.NewReceives(mgr.OtelTracer(), hop), retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}
+	if s.ackTopic != "" {
+		cfg.Ack = inbox.EndToEnd{Topic: s.ackTopic, AuthKey: s.ackAuthKey, Timeout: s.ackPublishTimeout, Ready: i.ready}
+	}
+	i.in = inbox.New(cfg, &m.inbox, mgr.Logger())
+	i.resumed = inbox.NewResumeLog(cfg, mgr.Logger())
+	return i, nil
+}
+
+// ready waits, bounded by ctx, for the client's ready connection.
+func (i *input) ready(ctx context.Context) (inbox.Conn, error) {
+	i.mu.Lock()
+	client := i.client
+	i.mu.Unlock()
+	if client == nil {
+		return nil, mqttclient.ErrNotConnected
+	}
+	conn, err := client.WaitReady(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Connect starts the client (once) and waits, bounded, for a connection
@@ -406,7 +428,7 @@ func (i *input) Connect(ctx context.Context) error {
 				}
 				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
 			},
-		}, mqttclient.Options{ManualAck: true, Logger: i.log})
+		}, mqttconf.ClientOptions(i.log, true))
 		if err != nil {
 			i.mu.Unlock()
 			return err
@@ -460,37 +482,12 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 		if err != nil {
 			return nil, nil, err
 		}
-		if !i.dropMalformed(d) {
-			msg, ack := i.attempt(d)
-			return msg, ack, nil
+		if d.Decoded.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
+			i.warnRetained(d.Msg.Topic(), d.Decoded.EventID)
 		}
+		msg, ack := i.attempt(d)
+		return msg, ack, nil
 	}
-}
-
-// dropMalformed decodes d at its first Read and, with on_malformed: drop,
-// acknowledges and drops a malformed envelope; it reports whether it did.
-func (i *input) dropMalformed(d *inbox.Delivery) bool {
-	dec, ok := d.Decoded.(*codec.Decoded)
-	if !ok {
-		dec = codec.Decode(i.s.envelope, d.Msg.Topic(), d.Msg.Payload(), propsOf(d.Msg))
-		d.Decoded = dec
-		if dec.Err != nil {
-			i.m.malformed.Incr(1)
-			what := "dropped and acknowledged (on_malformed: drop)"
-			if i.s.flagMalformed {
-				what = "delivered flagged with an error (on_malformed: flag)"
-			}
-			i.log.Warnf("%v; %s", dec.Err, what)
-		}
-	}
-	if dec.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
-		i.warnRetained(d.Msg.Topic(), dec.EventID)
-	}
-	if dec.Err == nil || i.s.flagMalformed {
-		return false
-	}
-	d.Complete()
-	return true
 }
 
 // warnRetained warns that an envelope arrived retained: the broker sends
@@ -505,9 +502,10 @@ func (i *input) warnRetained(topic, eventID string) {
 }
 
 // attempt builds one delivery attempt: a fresh message with a fresh hook
-// list in its context, and the AckFunc that settles it.
+// list in its context, and the AckFunc that hands its result to the
+// inbox (inbox.Settle: hooks, end-to-end ACK, PUBACK, or a retry).
 func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
-	dec := d.Decoded.(*codec.Decoded) // set by dropMalformed
+	dec := d.Decoded // set by Read
 	// A copy per attempt: what one attempt's processors do to the bytes must
 	// not leak into the next attempt.
 	msg := service.NewMessage(append([]byte(nil), dec.Body...))
@@ -517,7 +515,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.Msg.Retained()))
 	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
 	msg.MetaSetMut(metaSubscription, d.Sub)
-	properties.Metadata(propsOf(d.Msg), msg.MetaSetMut)
+	properties.Metadata(d.Msg.Properties(), msg.MetaSetMut)
 	if dec.EventID != "" {
 		msg.MetaSetMut(metaEventID, dec.EventID)
 	}
@@ -528,7 +526,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 		msg.SetError(dec.Err)
 	}
 	ctx, hooks := commit.WithHooks(context.Background())
-	ctx = i.spans.Start(ctx, propsOf(d.Msg), dec.EventID, d.Msg.Topic())
+	ctx = i.spans.Start(ctx, d.Msg.Properties(), dec.EventID, d.Msg.Topic())
 	msg = msg.WithContext(ctx)
 
 	var once sync.Once
@@ -537,7 +535,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 			if i.beginAck() {
 				defer i.acking.Done()
 			}
-			i.spans.End(msg.Context(), i.settle(ctx, d, hooks, result))
+			i.spans.End(msg.Context(), i.in.Settle(ctx, d, hooks, result))
 		})
 		return nil
 	}
@@ -546,7 +544,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 
 // beginAck counts an acknowledgement in progress, for Close to wait on.
 // Once Close has begun it counts nothing and returns false: the ack still
-// settles, but nothing waits for it, so no acking.Add races with Close's
+// runs to its end, but nothing waits for it, so no acking.Add races with Close's
 // acking.Wait.
 func (i *input) beginAck() bool {
 	i.mu.Lock()
@@ -556,59 +554,6 @@ func (i *input) beginAck() bool {
 	}
 	i.acking.Add(1)
 	return true
-}
-
-// settle runs the hooks, then (on success) the end-to-end ACK, then the
-// broker acknowledgement, in that order; any failure leaves the message
-// unacknowledged and schedules another attempt. It returns the failure
-// that left the message unacknowledged (nil: acknowledged).
-func (i *input) settle(ctx context.Context, d *inbox.Delivery, hooks *commit.Hooks, result error) error {
-	if err := hooks.Run(ctx, result); err != nil && result == nil {
-		result = fmt.Errorf("delivery hook failed: %w", err)
-	}
-	if result == nil && i.s.ackTopic != "" && d.Decoded.(*codec.Decoded).EventID != "" {
-		result = i.publishAck(ctx, d)
-	}
-	if result != nil {
-		i.m.rejected.Incr(1)
-		i.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
-		i.in.Retry(d)
-		return result
-	}
-	failpoint.Hit(failpoint.BeforeSourceAck)
-	d.Complete()
-	return nil
-}
-
-// publishAck publishes the end-to-end ACK on the connection the message
-// came from, so that it precedes the source's PUBACK on the wire. QoS 0
-// messages have no PUBACK to order; their ACK uses the current connection.
-func (i *input) publishAck(ctx context.Context, d *inbox.Delivery) error {
-	eventID := d.Decoded.(*codec.Decoded).EventID
-	payload, err := codec.AckPayload(eventID, i.s.ackAuthKey)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, i.s.ackPublishTimeout)
-	defer cancel()
-	conn := d.Conn().(mqttclient.Conn) // the connection the message arrived on
-	if d.Msg.Qos() == 0 {
-		i.mu.Lock()
-		client := i.client
-		i.mu.Unlock()
-		if client == nil {
-			return mqttclient.ErrNotConnected
-		}
-		if conn, err = client.WaitReady(ctx); err != nil {
-			return err
-		}
-	}
-	if err := conn.Publish(ctx, mqttclient.Publication{Topic: i.s.ackTopic, QoS: 1, Payload: payload}); err != nil {
-		i.m.ackPublishFails.Incr(1)
-		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, i.s.ackTopic, err)
-	}
-	i.m.acksPublished.Incr(1)
-	return nil
 }
 
 // Close stops routing, waits (bounded) for acknowledgements in progress,
@@ -652,13 +597,4 @@ func (i *input) linkContext(conn mqttclient.Conn) context.Context {
 		i.link.conn, i.link.ctx = conn, ctx
 	}
 	return i.link.ctx
-}
-
-// propsOf returns the MQTT 5 properties of a received message (nil on
-// 3.1.1); every message the client delivers is an mqttclient.Message.
-func propsOf(m inbox.Message) *mqttclient.Properties {
-	if pm, ok := m.(interface{ Properties() *mqttclient.Properties }); ok {
-		return pm.Properties()
-	}
-	return nil
 }

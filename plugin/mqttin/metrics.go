@@ -8,12 +8,8 @@ import (
 
 // metrics of reliable_mqtt_in. Counters count messages.
 type metrics struct {
-	inbox           inbox.Metrics          // routing, replay, queue and broker acknowledgements
-	rejected        *service.MetricCounter // attempts the pipeline (or a hook, or the ACK publish) failed
-	malformed       *service.MetricCounter // envelopes that failed to decode (dropped or flagged)
-	acksPublished   *service.MetricCounter // end-to-end ACKs published to ack_topic
-	ackPublishFails *service.MetricCounter // end-to-end ACKs that could not be published
-	connected       *service.MetricGauge   // 1 while a connection with its subscriptions is ready
+	inbox     inbox.Metrics        // routing, replay, queue and broker acknowledgements
+	connected *service.MetricGauge // 1 while a connection with its subscriptions is ready
 }
 
 func (m *metrics) setConnected(up bool) {
@@ -39,11 +35,11 @@ func newMetrics(m *service.Metrics) *metrics {
 			Held:            m.NewGauge("reliable_mqtt_in_replay_held_now"),
 			Buffered:        m.NewGauge("reliable_mqtt_in_buffered"),
 			Backlog:         m.NewGauge("reliable_mqtt_in_backlog"),
+			Rejected:        m.NewCounter("reliable_mqtt_in_rejected"),
+			Malformed:       m.NewCounter("reliable_mqtt_in_malformed_envelopes"),
+			AcksPublished:   m.NewCounter("reliable_mqtt_in_acks_published"),
+			AckPublishFails: m.NewCounter("reliable_mqtt_in_ack_publish_failed"),
 		},
-		rejected:        m.NewCounter("reliable_mqtt_in_rejected"),
-		malformed:       m.NewCounter("reliable_mqtt_in_malformed_envelopes"),
-		acksPublished:   m.NewCounter("reliable_mqtt_in_acks_published"),
-		ackPublishFails: m.NewCounter("reliable_mqtt_in_ack_publish_failed"),
-		connected:       m.NewGauge("reliable_mqtt_in_connected"),
+		connected: m.NewGauge("reliable_mqtt_in_connected"),
 	}
 }

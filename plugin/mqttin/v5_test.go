@@ -9,7 +9,9 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -50,12 +52,12 @@ func TestReceiveMaximumIsTheReceiveBufferCapped(t *testing.T) {
 
 // publishV5 publishes one message with MQTT 5 properties through the
 // transport the components use, and waits for its PUBACK.
-func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttclient.Properties) {
+func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttmsg.Properties) {
 	t.Helper()
 	tr, err := mqttclient.Start(mqttclient.Config{
 		URLs: []string{url}, ClientID: "v5-test-publisher", CleanSession: true, ProtocolVersion: mqttclient.V5,
 		KeepAlive: 30 * time.Second, ConnectTimeout: 5 * time.Second,
-		Reconnect: mqttclient.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+		Reconnect: backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 	}, mqttclient.Handlers{}, mqttclient.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttclien
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Publish(ctx, mqttclient.Publication{Topic: topic, QoS: 1, Payload: payload, Props: props}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: topic, QoS: 1, Payload: payload, Props: props}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -85,8 +87,8 @@ func TestPropertiesEnvelopeDecodedAndAckedEndToEnd(t *testing.T) {
 		`protocol_version: "5"`, "envelope: properties", "ack_topic: acks/t", "on_malformed: flag"))
 
 	payload := []byte{0xff, 0x00, 0xfe, 'x'}
-	publishV5(t, b.URL(), "in/a", payload, &mqttclient.Properties{
-		User:          []mqttclient.UserProperty{{Key: "event_id", Value: "ev-1"}, {Key: "destination_topic", Value: "dest/x"}, {Key: "k", Value: "1"}, {Key: "k", Value: "2"}},
+	publishV5(t, b.URL(), "in/a", payload, &mqttmsg.Properties{
+		User:          []mqttmsg.UserProperty{{Key: "event_id", Value: "ev-1"}, {Key: "destination_topic", Value: "dest/x"}, {Key: "k", Value: "1"}, {Key: "k", Value: "2"}},
 		ContentType:   "application/octet-stream",
 		ResponseTopic: "reply/here", CorrelationData: []byte{1, 2}, MessageExpiry: time.Hour,
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -20,6 +21,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 // closeTimeout bounds Close: Benthos hands Close a context without deadline.
@@ -137,7 +139,7 @@ func (o *output) start() error {
 			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
 		}
 	}
-	client, err := mqttclient.Start(cfg, handlers, mqttclient.Options{Logger: o.log})
+	client, err := mqttclient.Start(cfg, handlers, mqttconf.ClientOptions(o.log, false))
 	if err != nil {
 		return err
 	}
@@ -172,7 +174,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return service.ErrNotConnected
 	}
 	errs := make([]error, len(batch))
-	recs := make([]sender.Message, len(batch))
+	recs := make([]codec.Message, len(batch))
 	for i, msg := range batch {
 		if err := msg.GetError(); err != nil {
 			// A processor failed this message (a malformed envelope, a ledger
@@ -222,7 +224,7 @@ func (o *output) notConnected(errs []error, sent bool) bool {
 
 // appendAll appends the messages that have a record in one AppendBatch: they
 // share the committer's transactions.
-func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []sender.Message, errs []error) {
+func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []codec.Message, errs []error) {
 	entries := make([]outbox.Entry, len(batch))
 	for i, rec := range recs {
 		if errs[i] != nil {

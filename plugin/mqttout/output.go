@@ -17,12 +17,14 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 const (
@@ -89,7 +91,7 @@ With Mosquitto as the broker, set `+"`set_tcp_nodelay true`"+` in its configurat
 ### MQTT 3.1.1 and MQTT 5
 
 Every field and option applies to both protocol versions unless its description starts with "MQTT 5 only"; those stop the process at start on 3.1.1 (the default). With MQTT 5: `+"`envelope: properties`"+` carries the event ID (and, with `+"`confirm: end_to_end`"+`, the destination topic) as user properties and leaves the payload bytes alone; a PUBACK reason code of 0x80 or more fails the publish (the record stays and is resent after `+"`retry_backoff`"+`; counted in `+"`reliable_mqtt_out_puback_reason_codes{code}`"+`); `+"`require_subscribers`"+` treats 0x10 (no matching subscribers) the same way; the publishes awaiting a PUBACK never exceed the server's Receive Maximum — with `+"`confirm: end_to_end`"+` a message the broker has PUBACKed and that waits for its ACK does not count against it — and when that limit holds the window below what the link could carry, the output logs it once per connection (mosquitto: raise `+"`max_inflight_messages`"+`, which is the Receive Maximum it announces).`).
-		Fields(mqttclient.ConnectionFields()...).
+		Fields(mqttconf.ConnectionFields()...).
 		Fields(
 			service.NewStringField(fieldClientID).
 				Description("MQTT client ID. By default an ID is generated once and stored in the outbox file, so a restarted process resumes its session (and receives the ACKs that arrived while it was away). Without an outbox a random ID and a clean session are used.").
@@ -115,7 +117,7 @@ Every field and option applies to both protocol versions unless its description 
 				Description("With `confirm: end_to_end`: the topic on which ACKs arrive.").
 				Default("reliomq/acks"),
 		).
-		Fields(mqttclient.AckAuthFields("With `confirm: end_to_end`, an ACK confirms a record only when its `auth` is the HMAC-SHA256 of the event ID under this key; any other ACK is ignored and counted in `reliable_mqtt_out_acks_ignored{reason=\"unauthenticated\"}`.")...).
+		Fields(mqttconf.AckAuthFields("With `confirm: end_to_end`, an ACK confirms a record only when its `auth` is the HMAC-SHA256 of the event ID under this key; any other ACK is ignored and counted in `reliable_mqtt_out_acks_ignored{reason=\"unauthenticated\"}`.")...).
 		Fields(
 			service.NewStringAnnotatedEnumField(fieldEnvelope, map[string]string{
 				envelopeNone:       "With `confirm: broker`, publish the payload bytes unchanged; with `confirm: end_to_end`, the reliomq v1 ingress envelope (JSON payloads only). Both protocol versions.",
@@ -150,7 +152,7 @@ Every field and option applies to both protocol versions unless its description 
 			service.NewDurationField(fieldPublishTimeout).
 				Description("How long to wait for a PUBACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
 				Default("5s"),
-			mqttclient.BackoffField(fieldRetry, "Delay before resending from the oldest unconfirmed message after a failure.", "100ms", "10s"),
+			mqttconf.BackoffField(fieldRetry, "Delay before resending from the oldest unconfirmed message after a failure.", "100ms", "10s"),
 			service.NewIntField(fieldMaxPayloadBytes).
 				Description("Writes whose published payload would exceed this many bytes fail with an error instead of being stored.").
 				Default(1<<20).Advanced(),
@@ -254,7 +256,7 @@ type settings struct {
 	window          int
 	ackTimeout      time.Duration
 	publishTimeout  time.Duration
-	retry           mqttclient.Backoff
+	retry           backoff.Backoff
 	maxPayloadBytes int
 	statsInterval   time.Duration
 	enc             codec.Encoding // from envelope, confirm, data_topic and max_payload_bytes
@@ -276,7 +278,7 @@ func (s *settings) senderConfig() sender.Config {
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
-	if s.client, err = mqttclient.ParseConfig(conf); err != nil {
+	if s.client, err = mqttconf.ParseConfig(conf); err != nil {
 		return s, err
 	}
 	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
@@ -294,12 +296,12 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, fmt.Errorf("topic %q: %w", raw, err)
 		}
 	}
-	confirm, err := mqttclient.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
+	confirm, err := mqttconf.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
 	if err != nil {
 		return s, err
 	}
 	s.endToEnd = confirm == confirmEndToEnd
-	env, err := mqttclient.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
+	env, err := mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
 	if err != nil {
 		return s, err
 	}
@@ -327,7 +329,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, errors.New("ack_topic must not be empty with confirm: end_to_end")
 		}
 	}
-	if s.ackAuthKeys, err = mqttclient.ParseAckAuthKeys(conf); err != nil {
+	if s.ackAuthKeys, err = mqttconf.ParseAckAuthKeys(conf); err != nil {
 		return s, err
 	}
 	if s.ackAuthKeys != nil && !s.endToEnd {
@@ -375,7 +377,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackTimeout <= 0 || s.publishTimeout <= 0 {
 		return s, errors.New("ack_timeout and publish_timeout must be positive")
 	}
-	if s.retry, err = mqttclient.ParseBackoff(conf, fieldRetry); err != nil {
+	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
 	if s.maxPayloadBytes, err = conf.FieldInt(fieldMaxPayloadBytes); err != nil {

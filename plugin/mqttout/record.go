@@ -7,7 +7,6 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 )
 
 // buildRecord evaluates the message's interpolations and encodes it as the
@@ -15,15 +14,15 @@ import (
 // here, before anything is stored, with an error that names the message;
 // each is permanent (see PermanentPrefix): the same message fails the same
 // way every time.
-func (o *output) buildRecord(msg *service.Message) (sender.Message, error) {
+func (o *output) buildRecord(msg *service.Message) (codec.Message, error) {
 	rec, err := o.encode(msg)
 	if err != nil {
-		return sender.Message{}, codec.Permanent(err)
+		return codec.Message{}, codec.Permanent(err)
 	}
 	return rec, nil
 }
 
-func (o *output) encode(msg *service.Message) (rec sender.Message, err error) {
+func (o *output) encode(msg *service.Message) (rec codec.Message, err error) {
 	topic, err := o.s.topic.TryString(msg)
 	if err != nil {
 		return rec, fmt.Errorf("topic interpolation failed: %w", err)

@@ -3,6 +3,7 @@ package mqttout
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
@@ -29,7 +30,7 @@ func (o *output) senderMetrics() sender.Metrics {
 
 // traceStart opens rec's span as a child of msg's and, on MQTT 5, stores
 // its trace context with the record as user properties.
-func (o *output) traceStart(msg *service.Message, rec *sender.Message) {
+func (o *output) traceStart(msg *service.Message, rec *codec.Message) {
 	if o.spans == nil {
 		return
 	}
@@ -41,7 +42,7 @@ func (o *output) traceStart(msg *service.Message, rec *sender.Message) {
 
 // traceWritten closes (direct mode: confirmed or failed) or marks stored
 // (outbox mode) the span of each record written.
-func (o *output) traceWritten(recs []sender.Message, errs []error, direct bool) {
+func (o *output) traceWritten(recs []codec.Message, errs []error, direct bool) {
 	if o.spans == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
@@ -90,7 +91,7 @@ func optionalInterpolation(conf *service.ParsedConfig, name string) (*service.In
 }
 
 // props evaluates the MQTT 5 properties of msg; nil when none are set.
-func (f v5Fields) props(msg *service.Message) (*mqttclient.Properties, error) {
+func (f v5Fields) props(msg *service.Message) (*mqttmsg.Properties, error) {
 	if !f.hasProps() {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package mqttclient_test
+package mqttconf_test
 
 import (
 	"strings"
@@ -8,16 +8,17 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 func parse(t *testing.T, yaml string) (mqttclient.Config, error) {
 	t.Helper()
-	spec := service.NewConfigSpec().Fields(mqttclient.ConnectionFields()...)
+	spec := service.NewConfigSpec().Fields(mqttconf.ConnectionFields()...)
 	pc, err := spec.ParseYAML("urls: [ tcp://127.0.0.1:1883 ]\n"+yaml, nil)
 	if err != nil {
 		t.Fatalf("parse %q: %v", yaml, err)
 	}
-	return mqttclient.ParseConfig(pc)
+	return mqttconf.ParseConfig(pc)
 }
 
 func TestParseConfigReadsProtocolVersionAndSessionExpiry(t *testing.T) {

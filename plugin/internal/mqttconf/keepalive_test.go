@@ -1,4 +1,4 @@
-package mqttclient_test
+package mqttconf_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -21,12 +22,12 @@ func TestSilentBrokerIsNoticedWithin15sWithDefaults(t *testing.T) {
 		t.Run("mqtt"+proto, func(t *testing.T) {
 			m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 			proxy := harness.NewProxy(t, m.Addr())
-			spec := service.NewConfigSpec().Fields(mqttclient.ConnectionFields()...)
+			spec := service.NewConfigSpec().Fields(mqttconf.ConnectionFields()...)
 			pc, err := spec.ParseYAML(fmt.Sprintf("urls: [ %q ]\nprotocol_version: %q\n", proxy.URL(), proto), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := mqttclient.ParseConfig(pc)
+			cfg, err := mqttconf.ParseConfig(pc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,5 +56,24 @@ func TestSilentBrokerIsNoticedWithin15sWithDefaults(t *testing.T) {
 			}
 			t.Logf("connected again after %s", time.Since(back).Round(100*time.Millisecond))
 		})
+	}
+}
+
+func waitReady(t *testing.T, c mqttclient.Transport) mqttclient.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := c.WaitReady(ctx)
+	if err != nil {
+		t.Fatalf("no ready connection: %v", err)
+	}
+	return conn
+}
+
+func closeClient(t *testing.T, c mqttclient.Transport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("close: %v", err)
 	}
 }

@@ -1,0 +1,111 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
+)
+
+// EndToEnd is how the input acknowledges a decoded message end to end:
+// after the pipeline is done with it, an ACK with its event ID goes to
+// Topic (QoS 1) before the source's PUBACK.
+type EndToEnd struct {
+	Topic   string        // "": no end-to-end ACKs
+	AuthKey []byte        // nil: plain reliomq v1 ACKs; else signed with it
+	Timeout time.Duration // for the ACK's PUBACK
+	// Ready waits, bounded by ctx, for the client's ready connection. A
+	// QoS 0 message has no PUBACK for its ACK to precede: its ACK goes on
+	// the connection Ready returns.
+	Ready func(ctx context.Context) (Conn, error)
+}
+
+// Hooks are the delivery hooks of one attempt (commit.Hooks fits): Run
+// calls each with the pipeline's result and reports the first error.
+type Hooks interface {
+	Run(ctx context.Context, result error) error
+}
+
+// Settle ends one delivery attempt of d, which the pipeline finished with
+// result (nil: success), in this order:
+//
+//  1. the attempt's hooks run with result; a hook's error on success fails
+//     the attempt;
+//  2. on success, with end-to-end ACKs and an event ID, the ACK is
+//     published and its PUBACK awaited on the connection d came from, so it
+//     precedes d's PUBACK on the wire;
+//  3. on success, d's PUBACK/PUBREC is sent (in receive order, Complete);
+//     on any failure nothing is acknowledged and d is read again after the
+//     retry backoff (Retry), or redelivered by the broker.
+//
+// It is the only way a delivered message is acknowledged. Safe from any
+// goroutine; call it once per attempt. It returns the failure that left
+// d unacknowledged (nil: acknowledged), for the attempt's trace span.
+func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result error) error {
+	if hooks != nil {
+		if err := hooks.Run(ctx, result); err != nil && result == nil {
+			result = fmt.Errorf("delivery hook failed: %w", err)
+		}
+	}
+	if result == nil && in.s.Ack.Topic != "" && d.Decoded != nil && d.Decoded.EventID != "" {
+		result = in.publishAck(ctx, d)
+	}
+	if result != nil {
+		in.m.Rejected.Incr(1)
+		in.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
+		in.Retry(d)
+		return result
+	}
+	failpoint.Hit(failpoint.BeforeSourceAck)
+	d.Complete()
+	return nil
+}
+
+// publishAck publishes the end-to-end ACK of d on the connection d came
+// from and waits, bounded by Ack.Timeout, for its PUBACK.
+func (in *Inbox) publishAck(ctx context.Context, d *Delivery) error {
+	eventID := d.Decoded.EventID
+	payload, err := codec.AckPayload(eventID, in.s.Ack.AuthKey)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, in.s.Ack.Timeout)
+	defer cancel()
+	conn := d.Conn()
+	if d.qos() == 0 {
+		if conn, err = in.s.Ack.Ready(ctx); err != nil {
+			return err
+		}
+	}
+	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: in.s.Ack.Topic, QoS: 1, Payload: payload}); err != nil {
+		in.m.AckPublishFails.Incr(1)
+		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, in.s.Ack.Topic, err)
+	}
+	in.m.AcksPublished.Incr(1)
+	return nil
+}
+
+// dropMalformed decodes d's envelope at its first Read (counting and
+// logging a malformed one once) and, unless FlagMalformed, acknowledges
+// and drops a malformed envelope; it reports whether it did.
+func (in *Inbox) dropMalformed(d *Delivery) bool {
+	if d.Decoded == nil {
+		d.Decoded = codec.Decode(in.s.Envelope, d.Msg.Topic(), d.Msg.Payload(), d.Msg.Properties())
+		if d.Decoded.Err != nil {
+			in.m.Malformed.Incr(1)
+			what := "dropped and acknowledged (on_malformed: drop)"
+			if in.s.FlagMalformed {
+				what = "delivered flagged with an error (on_malformed: flag)"
+			}
+			in.log.Warnf("%v; %s", d.Decoded.Err, what)
+		}
+	}
+	if d.Decoded.Err == nil || in.s.FlagMalformed {
+		return false
+	}
+	d.Complete()
+	return true
+}

@@ -1,0 +1,53 @@
+// Package mqttmsg is what an MQTT PUBLISH carries, as every reliable-mqtt
+// package sees it: the Publication a component sends and the MQTT 5
+// Properties it sends or receives. It is a leaf: it imports no MQTT client
+// and no Benthos, so the engines, the codec and the properties rules can
+// name a publish without linking either.
+package mqttmsg
+
+import "time"
+
+// Publication is one outgoing PUBLISH.
+type Publication struct {
+	Topic    string
+	QoS      byte
+	Retained bool
+	Payload  []byte
+	// Props are MQTT 5 properties. A 3.1.1 connection refuses a
+	// Publication that carries any (mqttclient.ErrNeedsV5): dropping them
+	// silently would lose an event ID sent as a user property.
+	Props *Properties
+	// RequireSubscribers turns an MQTT 5 PUBACK with reason code 0x10 (no
+	// matching subscribers) into a *mqttclient.ReasonCodeError; otherwise
+	// 0x10 is a success, as the protocol says. Meaningless on 3.1.1.
+	RequireSubscribers bool
+}
+
+// Properties are the MQTT 5 PUBLISH properties the components use. A
+// 3.1.1 message has none (nil).
+type Properties struct {
+	// User are the user properties in wire order; a key may repeat.
+	User            []UserProperty
+	ContentType     string
+	ResponseTopic   string
+	CorrelationData []byte
+	// MessageExpiry is the message expiry interval, whole seconds on the
+	// wire; 0 means the message does not expire.
+	MessageExpiry time.Duration
+}
+
+// UserProperty is one MQTT 5 user property.
+type UserProperty struct{ Key, Value string }
+
+// Get returns the value of the first user property named key.
+func (p *Properties) Get(key string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	for _, u := range p.User {
+		if u.Key == key {
+			return u.Value, true
+		}
+	}
+	return "", false
+}
