@@ -3,7 +3,7 @@
 // bbolt takes an exclusive flock on its file, so a second bbolt.Open of the
 // same file in the same process blocks forever. Every component that keeps
 // state in a bbolt file (the outbox, the dedup ledger) therefore opens it
-// through Acquire, which hands out reference-counted handles to one shared
+// through AcquireWith, which hands out reference-counted handles to one shared
 // *bbolt.DB per file. Two components naming the same file share one
 // database, so they can commit their state in one transaction.
 //
@@ -61,7 +61,7 @@ var ErrLocked = errors.New("locked by another process")
 // ErrNotOurs reports a file that is not a reliable-mqtt database.
 var ErrNotOurs = errors.New("not a reliable-mqtt file")
 
-// File is one handle to a shared database. Each Acquire returns a new handle;
+// File is one handle to a shared database. Each AcquireWith returns a new handle;
 // each handle must be released exactly once.
 type File struct {
 	shared *sharedDB
@@ -81,8 +81,8 @@ type sharedDB struct {
 	damaged atomic.Pointer[DamagedError] // set by the first recovered bbolt panic
 }
 
-// Options say how Acquire checks a file. They apply when this process opens
-// the file; a later Acquire of the same file joins the open database (and
+// Options say how AcquireWith checks a file. They apply when this process opens
+// the file; a later AcquireWith of the same file joins the open database (and
 // is still refused by a meta-page rollback it does not accept).
 type Options struct {
 	// Verify: when to read every page and run bbolt's consistency check at
@@ -90,7 +90,7 @@ type Options struct {
 	Verify Verify
 	// AcceptRollback opens a file whose newest meta page is damaged (or may
 	// be), i.e. a file that may have silently lost its last commit. Without
-	// it Acquire refuses such a file. MetaDamage reports what was found.
+	// it AcquireWith refuses such a file. MetaDamage reports what was found.
 	AcceptRollback bool
 	// Create initialises a new file's buckets, in the transaction that
 	// writes the format marker, before the file appears at its path. It
@@ -101,13 +101,11 @@ type Options struct {
 // registry holds the process's open files by absolute path.
 var registry reg.Registry[*sharedDB]
 
-// Acquire opens the bbolt file at path, or joins it if this process already
-// has it open. The parent directory must exist. The file is created if it is
-// missing, and refused if it is not a reliable-mqtt database or holds none
-// of its data (an empty file, or one with no buckets besides the marker).
-func Acquire(path string) (*File, error) { return AcquireWith(path, Options{}) }
-
-// AcquireWith is Acquire with checks chosen by opts.
+// AcquireWith opens the bbolt file at path, or joins it if this process
+// already has it open, with checks chosen by opts. The parent directory
+// must exist. The file is created if it is missing, and refused if it is
+// not a reliable-mqtt database or holds none of its data (an empty file, or
+// one with no buckets besides the marker).
 func AcquireWith(path string, opts Options) (*File, error) {
 	key, err := identity(path)
 	if err != nil {
@@ -170,7 +168,7 @@ func (f *File) Release() error {
 	f.released = true
 	f.mu.Unlock()
 
-	// Closed under the registry's lock: the next Acquire of the file must
+	// Closed under the registry's lock: the next AcquireWith of the file must
 	// not open it while this process still holds its file lock.
 	return registry.ReleaseClose(f.shared.path, f.shared, func(s *sharedDB) error {
 		if err := s.db.Close(); err != nil {

@@ -26,7 +26,7 @@ func TestApplyDecidesEachEntry(t *testing.T) {
 	g := newGate(SQL(p), false)
 	entry := func(id, payload, stmt string) sqlledger.Entry {
 		h := Hash([]byte(payload))
-		return sqlledger.Entry{Key: Key{Namespace: "n", ID: id}, Hash: h[:], Stmts: []sqlledger.Exec{{Query: stmt, Args: nil}}}
+		return sqlledger.Entry{Key: claims.Key{Namespace: "n", ID: id}, Hash: h[:], Stmts: []sqlledger.Exec{{Query: stmt, Args: nil}}}
 	}
 	insert := "INSERT INTO hits VALUES ('x')"
 	ctx := context.Background()

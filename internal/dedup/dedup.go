@@ -22,23 +22,17 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
-// Key names one effect: namespace and event ID.
-type Key = claims.Key
-
-// Verdict is what the ledger found for a copy.
-type Verdict = claims.Verdict
-
 // NewKey checks an evaluated key. An empty key, or "null" — what a missing
 // metadata key interpolates to — is an error: accepting it would
 // deduplicate every keyless message under one key.
-func NewKey(namespace, id string) (Key, error) {
+func NewKey(namespace, id string) (claims.Key, error) {
 	if id == "" || id == "null" {
-		return Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
+		return claims.Key{}, fmt.Errorf("dedup_ledger: the key evaluated to %q: the message has no event key (is the metadata or field the key names missing?); it is not deduplicated and fails", id)
 	}
 	if namespace == "null" {
-		return Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
+		return claims.Key{}, fmt.Errorf("dedup_ledger: the namespace of key %q evaluated to \"null\" (is the field it names missing?); the message fails", id)
 	}
-	return Key{Namespace: namespace, ID: id}, nil
+	return claims.Key{Namespace: namespace, ID: id}, nil
 }
 
 // Hash is what the ledger stores of a payload, to tell a duplicate from a
@@ -63,8 +57,8 @@ type Gate struct {
 
 // Decision is the fate of one copy.
 type Decision struct {
-	Verdict Verdict // Pass, Duplicate or Conflict; meaningless with Err
-	Err     error   // the copy could not be checked or passed: it fails
+	Verdict claims.Verdict // Pass, Duplicate or Conflict; meaningless with Err
+	Err     error          // the copy could not be checked or passed: it fails
 	// Join, if not nil, goes with the message into the transaction of a
 	// writer on the ledger's file (bbolt): it records a passed key with the
 	// record, and keeps a duplicate or a failed copy out of that file.
@@ -76,18 +70,18 @@ type Decision struct {
 // for an earlier copy's claim would wait for ourselves.
 type Batch struct {
 	g      *Gate
-	passed map[Key][32]byte
+	passed map[claims.Key][32]byte
 }
 
 // Batch starts checking one batch.
-func (g *Gate) Batch() *Batch { return &Batch{g: g, passed: map[Key][32]byte{}} }
+func (g *Gate) Batch() *Batch { return &Batch{g: g, passed: map[claims.Key][32]byte{}} }
 
 // Fail is the decision for a copy that could not be checked (err).
 func (g *Gate) Fail(err error) Decision { return Decision{Err: err, Join: g.Store.Refuse(err)} }
 
 // Check decides for one copy of key whose payload hashes to hash. hooks
 // are the message's delivery hooks (nil if its input has none).
-func (b *Batch) Check(ctx context.Context, key Key, hash [32]byte, hooks *commit.Hooks) Decision {
+func (b *Batch) Check(ctx context.Context, key claims.Key, hash [32]byte, hooks *commit.Hooks) Decision {
 	g := b.g
 	if earlier, ok := b.passed[key]; ok {
 		if earlier != hash {

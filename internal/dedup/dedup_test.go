@@ -58,7 +58,7 @@ func newGate(s Store, immediate bool) *gateT {
 func (g *gateT) check(t *testing.T, id, payload string) (Decision, *commit.Hooks) {
 	t.Helper()
 	_, hooks := commit.WithHooks(context.Background())
-	return g.Batch().Check(context.Background(), Key{Namespace: "p", ID: id}, Hash([]byte(payload)), hooks), hooks
+	return g.Batch().Check(context.Background(), claims.Key{Namespace: "p", ID: id}, Hash([]byte(payload)), hooks), hooks
 }
 
 // A passed copy's key is recorded only when the pipeline delivers it: a
@@ -107,7 +107,7 @@ func TestCopiesInOneBatchShareTheFirstsFate(t *testing.T) {
 			g := newGate(open(t), false)
 			ctx, hooks := commit.WithHooks(context.Background())
 			b := g.Batch()
-			k := Key{ID: "e1"}
+			k := claims.Key{ID: "e1"}
 			var got []string
 			for _, payload := range []string{"a", "a", "b"} {
 				d := b.Check(ctx, k, Hash([]byte(payload)), hooks)
@@ -131,7 +131,7 @@ func TestWithoutHooksAutoFailsAndImmediateRecords(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
 			g := newGate(s, false)
-			d := g.Batch().Check(context.Background(), Key{ID: "e1"}, Hash([]byte("a")), nil)
+			d := g.Batch().Check(context.Background(), claims.Key{ID: "e1"}, Hash([]byte("a")), nil)
 			if !errors.Is(d.Err, s.NoHooks()) || !strings.Contains(d.Err.Error(), "commit: immediate") {
 				t.Fatalf("copy without hooks: %+v, want %v", d, s.NoHooks())
 			}
@@ -139,14 +139,14 @@ func TestWithoutHooksAutoFailsAndImmediateRecords(t *testing.T) {
 				t.Fatalf("releases %d, want 1", g.releases.n.Load())
 			}
 			now := newGate(s, true)
-			if d = now.Batch().Check(context.Background(), Key{ID: "e1"}, Hash([]byte("a")), nil); d.Err != nil || d.Verdict != claims.Pass {
+			if d = now.Batch().Check(context.Background(), claims.Key{ID: "e1"}, Hash([]byte("a")), nil); d.Err != nil || d.Verdict != claims.Pass {
 				t.Fatalf("immediate copy: %+v, want pass", d)
 			}
 			// Another namespace is another key.
 			if d, _ = now.check(t, "e1", "a"); d.Verdict != claims.Pass {
 				t.Fatalf("p/e1 after e1: %+v, want pass", d)
 			}
-			if d = now.Batch().Check(context.Background(), Key{ID: "e1"}, Hash([]byte("a")), nil); d.Verdict != claims.Duplicate {
+			if d = now.Batch().Check(context.Background(), claims.Key{ID: "e1"}, Hash([]byte("a")), nil); d.Verdict != claims.Duplicate {
 				t.Fatalf("copy after an immediate record: %+v, want duplicate", d)
 			}
 			if now.commits.n.Load() != 2 {
@@ -166,7 +166,7 @@ func TestNewKeyRefusesMissingKeys(t *testing.T) {
 			t.Errorf("NewKey(%q, %q) = %v, want an error about %s", tc.ns, tc.id, err, tc.want)
 		}
 	}
-	if k, err := NewKey("p", "e1"); err != nil || k != (Key{Namespace: "p", ID: "e1"}) {
+	if k, err := NewKey("p", "e1"); err != nil || k != (claims.Key{Namespace: "p", ID: "e1"}) {
 		t.Fatalf("NewKey(p, e1) = %v, %v", k, err)
 	}
 }

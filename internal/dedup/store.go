@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -12,7 +13,7 @@ import (
 
 // Claim is one copy's hold on a key, in either store.
 type Claim interface {
-	Key() Key
+	Key() claims.Key
 	// Commit records the key durably; nil means on disk (or in the table).
 	Commit(ctx context.Context) error
 	// Release gives the key up unless it was committed; only the call that
@@ -25,11 +26,11 @@ type Claim interface {
 // Store is a ledger a Gate checks copies against: Bolt or SQL.
 type Store interface {
 	// Claim returns a claim with Pass, or the verdict without a claim.
-	Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (Claim, Verdict, error)
+	Claim(ctx context.Context, key claims.Key, hash [32]byte, wait time.Duration) (Claim, claims.Verdict, error)
 	// Join, Skip and Refuse are the participants of a passed copy, of a
 	// duplicate and of a failed copy (nil: the store joins no writer).
 	Join(c Claim) *commit.Participant
-	Skip(key Key, hash [32]byte) *commit.Participant
+	Skip(key claims.Key, hash [32]byte) *commit.Participant
 	Refuse(cause error) *commit.Participant
 	// Where names the store in errors.
 	Where() string
@@ -43,7 +44,7 @@ func Bolt(l *ledger.Ledger) Store { return boltStore{l} }
 
 type boltStore struct{ l *ledger.Ledger }
 
-func (s boltStore) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (Claim, Verdict, error) {
+func (s boltStore) Claim(ctx context.Context, key claims.Key, hash [32]byte, wait time.Duration) (Claim, claims.Verdict, error) {
 	c, v, err := s.l.Claim(ctx, key, hash, wait)
 	if c == nil { // no claim is a nil Claim, not an interface holding nil
 		return nil, v, err
@@ -56,7 +57,7 @@ func (s boltStore) Join(c Claim) *commit.Participant {
 	return &p
 }
 
-func (s boltStore) Skip(key Key, hash [32]byte) *commit.Participant {
+func (s boltStore) Skip(key claims.Key, hash [32]byte) *commit.Participant {
 	p := s.l.SkipParticipant(key, hash)
 	return &p
 }
@@ -75,7 +76,7 @@ func SQL(p *sqlledger.Pool) Store { return sqlStore{p} }
 
 type sqlStore struct{ p *sqlledger.Pool }
 
-func (s sqlStore) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (Claim, Verdict, error) {
+func (s sqlStore) Claim(ctx context.Context, key claims.Key, hash [32]byte, wait time.Duration) (Claim, claims.Verdict, error) {
 	c, v, err := s.p.Claim(ctx, key, hash[:], wait)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dedup_ledger: checking key %s: %w", key, err)
@@ -86,8 +87,8 @@ func (s sqlStore) Claim(ctx context.Context, key Key, hash [32]byte, wait time.D
 	return c, v, nil
 }
 
-func (sqlStore) Join(Claim) *commit.Participant         { return nil }
-func (sqlStore) Skip(Key, [32]byte) *commit.Participant { return nil }
-func (sqlStore) Refuse(error) *commit.Participant       { return nil }
-func (s sqlStore) Where() string                        { return "table " + s.p.Store().Table() }
-func (sqlStore) NoHooks() error                         { return ErrNoHooksSQL }
+func (sqlStore) Join(Claim) *commit.Participant                { return nil }
+func (sqlStore) Skip(claims.Key, [32]byte) *commit.Participant { return nil }
+func (sqlStore) Refuse(error) *commit.Participant              { return nil }
+func (s sqlStore) Where() string                               { return "table " + s.p.Store().Table() }
+func (sqlStore) NoHooks() error                                { return ErrNoHooksSQL }

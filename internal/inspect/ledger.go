@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 )
@@ -190,7 +191,7 @@ func ledgerLookup(c *cli.Context) error {
 	out := lookupJSON{Namespace: c.String("namespace"), Key: args[0]}
 	if src.file != "" {
 		err = view(src.file, ledgerLive, func(tx *bolt.Tx) error {
-			e, err := ledger.LookupIn(tx, src.file, ledger.Key{Namespace: out.Namespace, ID: out.Key})
+			e, err := ledger.LookupIn(tx, src.file, claims.Key{Namespace: out.Namespace, ID: out.Key})
 			out.Applied, out.At = e.Applied, timeOrNil(e.At)
 			if e.Applied {
 				out.Hash = hex.EncodeToString(e.Hash[:])

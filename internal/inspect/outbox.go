@@ -22,7 +22,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
 // outboxLive names the metrics that show a running output's backlog.
@@ -164,11 +163,7 @@ type recordJSON struct {
 
 func toJSON(r outbox.Record, withPayload bool) recordJSON {
 	j := recordJSON{Seq: r.Seq, EventID: r.EventID, Enqueued: r.Enqueued.UTC(), Size: len(r.Payload)}
-	var props string
-	j.Topic, props = properties.SplitStored(r.Topic)
-	if props != "" {
-		j.Properties = json.RawMessage(props)
-	}
+	j.Topic, j.Properties = r.Topic, outbox.PropertiesJSON(r.Props)
 	if !withPayload {
 		return j
 	}
@@ -214,8 +209,7 @@ func outboxList(c *cli.Context) error {
 			if asJSON {
 				return writeJSONLine(out, toJSON(r, false))
 			}
-			topic, _ := properties.SplitStored(r.Topic)
-			_, err = fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", r.Seq, r.EventID, topic, len(r.Payload), now.Sub(r.Enqueued).Round(time.Millisecond))
+			_, err = fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", r.Seq, r.EventID, r.Topic, len(r.Payload), now.Sub(r.Enqueued).Round(time.Millisecond))
 			return err
 		})
 		if err != nil && !errors.Is(err, errStop) {
@@ -339,8 +333,7 @@ func outboxPurge(c *cli.Context) error {
 				return fmt.Errorf("outbox purge: %w; nothing removed", err)
 			}
 			if r.Enqueued.Before(cutoff) {
-				topic, _ := properties.SplitStored(r.Topic)
-				targets = append(targets, purgeTarget{r.Seq, r.EventID, topic, r.Enqueued})
+				targets = append(targets, purgeTarget{r.Seq, r.EventID, r.Topic, r.Enqueued})
 			}
 			return nil
 		})
@@ -389,7 +382,7 @@ func findByEventID(tx *bolt.Tx, path string, ids []string, targets *[]purgeTarge
 		}
 		for i := range *targets {
 			if (*targets)[i].Seq == r.Seq {
-				(*targets)[i].Topic, _ = properties.SplitStored(r.Topic)
+				(*targets)[i].Topic = r.Topic
 				(*targets)[i].Enqueued = r.Enqueued
 			}
 		}

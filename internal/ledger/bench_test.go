@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // BenchmarkClaimCommit64 measures check + durable commit: 64 concurrent
@@ -36,8 +37,8 @@ func BenchmarkClaimCommit64(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				c, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: strconv.FormatInt(i, 10)}, h, time.Second)
-				if err != nil || v != Pass {
+				c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "bench", ID: strconv.FormatInt(i, 10)}, h, time.Second)
+				if err != nil || v != claims.Pass {
 					b.Error(v, err)
 					return
 				}
@@ -61,7 +62,7 @@ func fill(b *testing.B, l *Ledger, n int) {
 		err := l.db.Update(func(tx *bolt.Tx) error {
 			tx.Bucket(bucketKeys).FillPercent = 0.9
 			for i := from; i < min(from+100_000, n); i++ {
-				k, _ := encodeKey(Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", i)})
+				k, _ := encodeKey(claims.Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", i)})
 				if _, _, err := put(tx, k, h, now); err != nil {
 					return err
 				}
@@ -92,16 +93,16 @@ func BenchmarkLookup(b *testing.B) {
 		h := hashOf("payload")
 		b.Run(fmt.Sprintf("keys=%d/hit", size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				_, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", (i*7919)%size)}, h, time.Second)
-				if err != nil || v != Duplicate {
+				_, v, err := l.Claim(context.Background(), claims.Key{Namespace: "bench", ID: fmt.Sprintf("key-%09d", (i*7919)%size)}, h, time.Second)
+				if err != nil || v != claims.Duplicate {
 					b.Fatal(v, err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("keys=%d/miss", size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				c, v, err := l.Claim(context.Background(), Key{Namespace: "bench", ID: fmt.Sprintf("new-%09d", i)}, h, time.Second)
-				if err != nil || v != Pass {
+				c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "bench", ID: fmt.Sprintf("new-%09d", i)}, h, time.Second)
+				if err != nil || v != claims.Pass {
 					b.Fatal(v, err)
 				}
 				c.Release()

@@ -12,30 +12,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
-// Verdict is what Claim found for a key (one type for both ledgers).
-type Verdict = claims.Verdict
-
-const (
-	// Pass: the key is not applied; the caller holds a claim on it and must
-	// Commit, Apply or Release it.
-	Pass = claims.Pass
-	// Duplicate: the key is applied with the same payload hash.
-	Duplicate = claims.Duplicate
-	// Conflict: the key is applied with a different payload hash — the
-	// producer reused an event ID for different content.
-	Conflict = claims.Conflict
-)
-
-// ErrApplied is returned by SkipIfApplied inside a
-// transaction when the key is already applied: the writer must write
-// nothing for this message and report success. It is the commit package's
-// sentinel (and the outbox's ErrSkip), so it passes through unchanged.
-var ErrApplied = commit.ErrAlreadyApplied
-
-// ErrInFlight means another copy of the key held its claim for longer than
-// the caller was willing to wait.
-var ErrInFlight = claims.ErrInFlight
-
 // ErrReleased is returned by Commit on a claim that was released.
 var ErrReleased = errors.New("ledger: claim was released")
 
@@ -44,7 +20,7 @@ var ErrReleased = errors.New("ledger: claim was released")
 // message failed; the next copy may claim the key).
 type Claim struct {
 	l    *Ledger
-	key  Key
+	key  claims.Key
 	enc  []byte
 	hash [32]byte
 	hold *claims.Hold
@@ -53,9 +29,9 @@ type Claim struct {
 // Claim looks key up and, if it is not applied, claims it for one message
 // whose payload hashes to hash. If another copy holds the key, it waits up
 // to wait for that copy to settle (committed: Duplicate; released: this copy
-// claims it); after that it fails with ErrInFlight, so that the message is
+// claims it); after that it fails with claims.ErrInFlight, so that the message is
 // retried instead of passing twice or being dropped.
-func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Duration) (*Claim, Verdict, error) {
+func (l *Ledger) Claim(ctx context.Context, key claims.Key, hash [32]byte, wait time.Duration) (*Claim, claims.Verdict, error) {
 	enc, err := encodeKey(key)
 	if err != nil {
 		return nil, 0, err
@@ -65,7 +41,7 @@ func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Du
 	hold, err := l.claims.Take(ctx, string(enc), wait)
 	switch {
 	case errors.Is(err, claims.ErrInFlight):
-		return nil, 0, fmt.Errorf("dedup key %s: %w after waiting %s for it (the message fails and is retried): %w", key, ErrInFlight, wait, context.DeadlineExceeded)
+		return nil, 0, fmt.Errorf("dedup key %s: %w after waiting %s for it (the message fails and is retried): %w", key, claims.ErrInFlight, wait, context.DeadlineExceeded)
 	case errors.Is(err, claims.ErrClosed):
 		return nil, 0, fmt.Errorf("dedup ledger file %s: %w", l.path, ErrClosed)
 	case err != nil:
@@ -93,15 +69,15 @@ func (l *Ledger) Claim(ctx context.Context, key Key, hash [32]byte, wait time.Du
 	if applied {
 		c.settle(claims.Released) // nothing to do; waiters look again and find it applied
 		if stored == hash {
-			return nil, Duplicate, nil
+			return nil, claims.Duplicate, nil
 		}
-		return nil, Conflict, nil
+		return nil, claims.Conflict, nil
 	}
-	return c, Pass, nil
+	return c, claims.Pass, nil
 }
 
 // Key returns the claimed key.
-func (c *Claim) Key() Key { return c.key }
+func (c *Claim) Key() claims.Key { return c.key }
 
 // Done is closed when the claim is committed or released.
 func (c *Claim) Done() <-chan struct{} { return c.hold.Done() }
@@ -172,9 +148,9 @@ func (c *Claim) settle(to claims.State) bool { return c.hold.Settle(to) }
 
 // SkipIfApplied returns a transaction participant for a message that is
 // already known to be a duplicate: inside the writer's transaction it
-// returns ErrApplied while the key is still applied with hash, so a writer on
+// returns commit.ErrAlreadyApplied while the key is still applied with hash, so a writer on
 // the ledger's file never stores a duplicate, and nil otherwise.
-func (l *Ledger) SkipIfApplied(key Key, hash [32]byte) func(tx *bolt.Tx) error {
+func (l *Ledger) SkipIfApplied(key claims.Key, hash [32]byte) func(tx *bolt.Tx) error {
 	return func(tx *bolt.Tx) error {
 		enc, err := encodeKey(key)
 		if err != nil {
@@ -189,7 +165,7 @@ func (l *Ledger) SkipIfApplied(key Key, hash [32]byte) func(tx *bolt.Tx) error {
 			return l.damagedEntry(key, err) // never written as if new
 		}
 		if h == hash {
-			return ErrApplied
+			return commit.ErrAlreadyApplied
 		}
 		return nil
 	}

@@ -26,7 +26,7 @@ func (l *Ledger) upgradeEntries() error {
 		at, hash, _ := decodeBody(v)
 		return tx.Bucket(bucketKeys).Put(k, encodeValue(k, at, hash))
 	}, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
 	if err != nil {
 		return fmt.Errorf("dedup ledger file %s: adding checksums to the entries written by an earlier version failed: %w", l.path, err)

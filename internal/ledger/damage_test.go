@@ -14,13 +14,14 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 func commitKeys(t *testing.T, l *Ledger, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		c, v := claimT(t, l, Key{ID: id}, "p-"+id)
-		if v != Pass {
+		c, v := claimT(t, l, claims.Key{ID: id}, "p-"+id)
+		if v != claims.Pass {
 			t.Fatalf("%s: %v", id, v)
 		}
 		if err := c.Commit(context.Background()); err != nil {
@@ -32,7 +33,7 @@ func commitKeys(t *testing.T, l *Ledger, ids ...string) {
 // flipEntry flips one bit of a stored entry behind the ledger's back.
 func flipEntry(t *testing.T, l *Ledger, id string, at int) {
 	t.Helper()
-	k, _ := encodeKey(Key{ID: id})
+	k, _ := encodeKey(claims.Key{ID: id})
 	if err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketKeys)
 		v := append([]byte(nil), b.Get(k)...)
@@ -49,19 +50,19 @@ func TestDamagedEntryIsNeverReadAsNotApplied(t *testing.T) {
 	commitKeys(t, l, "a", "b")
 	flipEntry(t, l, "a", 20) // inside the hash: still 45 bytes, version 2
 
-	_, _, err := l.Claim(context.Background(), Key{ID: "a"}, hashOf("p-a"), time.Second)
+	_, _, err := l.Claim(context.Background(), claims.Key{ID: "a"}, hashOf("p-a"), time.Second)
 	if !errors.Is(err, boltfile.ErrDamaged) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"a"`) {
 		t.Fatalf("Claim of a damaged key: %v, want a damaged-entry error", err)
 	}
-	if _, _, _, err := l.Lookup(Key{ID: "a"}); !errors.Is(err, boltfile.ErrDamaged) {
+	if _, _, _, err := l.Lookup(claims.Key{ID: "a"}); !errors.Is(err, boltfile.ErrDamaged) {
 		t.Fatalf("Lookup: %v", err)
 	}
 	// A writer on the same file is stopped too, not told "not applied".
-	if err := l.db.View(func(tx *bolt.Tx) error { return l.SkipIfApplied(Key{ID: "a"}, hashOf("p-a"))(tx) }); !errors.Is(err, boltfile.ErrDamaged) {
+	if err := l.db.View(func(tx *bolt.Tx) error { return l.SkipIfApplied(claims.Key{ID: "a"}, hashOf("p-a"))(tx) }); !errors.Is(err, boltfile.ErrDamaged) {
 		t.Fatalf("SkipIfApplied: %v", err)
 	}
 	// The other keys are unaffected.
-	if _, v := claimT(t, l, Key{ID: "b"}, "p-b"); v != Duplicate {
+	if _, v := claimT(t, l, claims.Key{ID: "b"}, "p-b"); v != claims.Duplicate {
 		t.Fatalf("b: %v", v)
 	}
 }
@@ -84,7 +85,7 @@ func TestVerifiedOpenRefusesDamagedOrMissingEntries(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "l.db")
 		l := openT(t, path, Options{})
 		commitKeys(t, l, "a", "b", "c")
-		k, _ := encodeKey(Key{ID: "b"})
+		k, _ := encodeKey(claims.Key{ID: "b"})
 		if err := l.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketKeys).Delete(k) }); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 		times, _ := tx.CreateBucket(bucketTime)
 		meta, _ := tx.CreateBucket(bucketMeta)
 		for i := range n {
-			k, _ := encodeKey(Key{ID: fmt.Sprintf("old-%d", i)})
+			k, _ := encodeKey(claims.Key{ID: fmt.Sprintf("old-%d", i)})
 			h := hashOf(fmt.Sprintf("p%d", i))
 			v := append([]byte{valueVersionV1}, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano()))...)
 			if err := keys.Put(k, append(v, h[:]...)); err != nil {
@@ -133,12 +134,12 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 		t.Fatalf("keys = %d", l.Stats().Keys)
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
-		if _, v := claimT(t, l, Key{ID: fmt.Sprintf("old-%d", i)}, fmt.Sprintf("p%d", i)); v != Duplicate {
+		if _, v := claimT(t, l, claims.Key{ID: fmt.Sprintf("old-%d", i)}, fmt.Sprintf("p%d", i)); v != claims.Duplicate {
 			t.Fatalf("old-%d: %v, want duplicate", i, v)
 		}
 	}
 	if err := l.db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta).Get(keyChecksums) == nil {
+		if tx.Bucket(bucketMeta).Get(boltfile.KeyChecksums) == nil {
 			return errors.New("no checksums mark")
 		}
 		return nil
@@ -161,7 +162,7 @@ func TestLedgerRefusesARolledBackFileUnlessAccepted(t *testing.T) {
 	}
 	l2 := openT(t, path, Options{AcceptRollback: true})
 	// What the refusal was about: the last commit's key is forgotten.
-	if applied, _, _, _ := l2.Lookup(Key{ID: "b"}); applied {
+	if applied, _, _, _ := l2.Lookup(claims.Key{ID: "b"}); applied {
 		t.Fatal("expected key b to be rolled back")
 	}
 }
@@ -198,7 +199,7 @@ func TestUnreadableEntryStopsTheUpgrade(t *testing.T) {
 		keys, _ := tx.CreateBucket(bucketKeys)
 		_, _ = tx.CreateBucket(bucketTime)
 		_, _ = tx.CreateBucket(bucketMeta)
-		k, _ := encodeKey(Key{ID: "x"})
+		k, _ := encodeKey(claims.Key{ID: "x"})
 		return keys.Put(k, []byte{valueVersionV1, 0, 0})
 	}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // Read-only views for tools (`reliable-mqtt ledger ...`). They work inside
@@ -59,7 +60,7 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 }
 
 // LookupIn reads key's entry inside tx.
-func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
+func LookupIn(tx *bolt.Tx, path string, key claims.Key) (Entry, error) {
 	return lookupIn(tx, path, key, func(err error) error {
 		return fmt.Errorf("dedup ledger file %s: key %s: %w", path, key, err)
 	})
@@ -67,7 +68,7 @@ func LookupIn(tx *bolt.Tx, path string, key Key) (Entry, error) {
 
 // lookupIn is LookupIn with the error for an entry that fails its
 // checksum made by damaged.
-func lookupIn(tx *bolt.Tx, path string, key Key, damaged func(error) error) (Entry, error) {
+func lookupIn(tx *bolt.Tx, path string, key claims.Key, damaged func(error) error) (Entry, error) {
 	keys, _, _, err := ledgerBuckets(tx, path)
 	if err != nil {
 		return Entry{}, err

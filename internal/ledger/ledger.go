@@ -31,7 +31,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sync/atomic"
 	"time"
 
@@ -48,8 +47,7 @@ var (
 	bucketTime = []byte("ledger/time")
 	bucketMeta = []byte("ledger/meta")
 
-	keyCount     = []byte("count")
-	keyChecksums = []byte("checksums")
+	keyCount = []byte("count")
 )
 
 const (
@@ -140,7 +138,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 	}
 	opts.defaults()
 	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: opts.AcceptRollback, Create: func(tx *bolt.Tx) error {
-		_, err := createBuckets(tx)
+		_, err := layout.CreateIn(tx)
 		return err
 	}})
 	if err != nil {
@@ -182,70 +180,26 @@ func open(f *boltfile.File, opts Options) (*Ledger, error) {
 	return l, nil
 }
 
-// load creates the buckets only in a file that has none of them (a new
-// file is created with them; this is a ledger added to an outbox's file),
-// upgrades entries written before checksums, verifies every entry if the
-// file was verified, and reads the key count.
+// layout is the ledger's buckets in a shared file.
+var layout = boltfile.Section{
+	Name:    "dedup ledger",
+	Buckets: [][]byte{bucketKeys, bucketTime, bucketMeta},
+}
+
+// load readies the ledger's buckets (creating them in a file that has none:
+// a ledger added to an outbox's file, upgrading entries written before
+// checksums, verifying every entry if the file was verified) and reads the
+// key count.
 func (l *Ledger) load() error {
-	ready, checksummed, some := false, false, false
-	err := l.file.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		some = meta != nil || tx.Bucket(bucketKeys) != nil || tx.Bucket(bucketTime) != nil
-		if tx.Bucket(bucketKeys) == nil || tx.Bucket(bucketTime) == nil || meta == nil {
-			return nil
-		}
-		ready, checksummed = true, meta.Get(keyChecksums) != nil
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("opening dedup ledger file %s: %w", l.path, err)
-	}
-	if !ready && some {
-		// The three buckets are created in one transaction.
-		return fmt.Errorf("opening dedup ledger file %s: %w", l.path, &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("it holds only part of a dedup ledger (buckets %q, %q and %q are created together): the rest was lost to damage", bucketKeys, bucketTime, bucketMeta)})
-	}
-	if !ready {
-		err = l.file.Update(func(tx *bolt.Tx) (err error) {
-			checksummed, err = createBuckets(tx)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("creating dedup ledger buckets in %s: %w", l.path, err)
-		}
-	}
-	if !checksummed {
-		if err := l.upgradeEntries(); err != nil {
-			return err
-		}
-	}
-	if l.file.Verified() {
-		if err := l.verifyEntries(); err != nil {
-			return err
-		}
+	s := layout
+	s.Upgrade, s.Verify = l.upgradeEntries, l.verifyEntries
+	if err := l.file.OpenSection(s); err != nil {
+		return err
 	}
 	return l.file.View(func(tx *bolt.Tx) error {
 		l.keys.Store(int64(boltfile.Uint64(tx.Bucket(bucketMeta), keyCount)))
 		return nil
 	})
-}
-
-// createBuckets makes a new ledger's buckets, marked as checksummed.
-func createBuckets(tx *bolt.Tx) (checksummed bool, err error) {
-	keys, err := tx.CreateBucketIfNotExists(bucketKeys)
-	if err != nil {
-		return false, err
-	}
-	if _, err := tx.CreateBucketIfNotExists(bucketTime); err != nil {
-		return false, err
-	}
-	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-	if err != nil {
-		return false, err
-	}
-	if keys.Stats().KeyN == 0 {
-		return true, meta.Put(keyChecksums, []byte{1})
-	}
-	return meta.Get(keyChecksums) != nil, nil
 }
 
 // Path returns the ledger file's absolute path: the identity a transaction
@@ -282,7 +236,7 @@ func (l *Ledger) Close() error {
 
 // Lookup reports whether key is applied, and with which payload hash. For
 // tests and tools; the pipeline uses Claim.
-func (l *Ledger) Lookup(key Key) (applied bool, hash [32]byte, at time.Time, err error) {
+func (l *Ledger) Lookup(key claims.Key) (applied bool, hash [32]byte, at time.Time, err error) {
 	var e Entry
 	err = l.file.View(func(tx *bolt.Tx) error {
 		var err error
@@ -301,12 +255,9 @@ func (l *Ledger) isClosed() bool {
 	}
 }
 
-// Key names one effect (the type both ledgers share). In the file the pair
-// is encoded with the namespace's length first, so ("a","bc") and
-// ("ab","c") never collide.
-type Key = claims.Key
-
-func encodeKey(k Key) ([]byte, error) {
+// encodeKey is a key as the file stores it: the namespace's length first,
+// so ("a","bc") and ("ab","c") never collide.
+func encodeKey(k claims.Key) ([]byte, error) {
 	if k.ID == "" {
 		return nil, errors.New("dedup key is empty")
 	}
@@ -320,24 +271,18 @@ func encodeKey(k Key) ([]byte, error) {
 	return append(out, k.ID...), nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func entryCRC(key, body []byte) uint32 {
-	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body)
-}
-
 func encodeValue(key []byte, at time.Time, hash [32]byte) []byte {
 	v := make([]byte, 0, valueLen)
 	v = append(v, valueVersion)
 	v = binary.BigEndian.AppendUint64(v, uint64(at.UnixNano()))
 	v = append(v, hash[:]...)
-	return binary.BigEndian.AppendUint32(v, entryCRC(key, v))
+	return binary.BigEndian.AppendUint32(v, boltfile.Checksum(key, v))
 }
 
 // decodeValue checks an entry against its key and checksum.
 func decodeValue(key, v []byte) (time.Time, [32]byte, error) {
 	if len(v) == valueLen && v[0] == valueVersion {
-		if got, want := entryCRC(key, v[:valueLenV1]), binary.BigEndian.Uint32(v[valueLenV1:]); got != want {
+		if got, want := boltfile.Checksum(key, v[:valueLenV1]), binary.BigEndian.Uint32(v[valueLenV1:]); got != want {
 			return time.Time{}, [32]byte{}, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
 		}
 		return decodeBody(v)

@@ -17,6 +17,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -38,8 +41,8 @@ func commitUntilKilled(path string) int {
 		return 1
 	}
 	for i := 0; ; i++ {
-		c, v, err := l.Claim(context.Background(), Key{Namespace: "crash", ID: strconv.Itoa(i)}, hashOf("p"), time.Second)
-		if err != nil || v != Pass {
+		c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "crash", ID: strconv.Itoa(i)}, hashOf("p"), time.Second)
+		if err != nil || v != claims.Pass {
 			fmt.Println("error:", v, err)
 			return 1
 		}
@@ -67,7 +70,7 @@ func openT(t testing.TB, path string, opts Options) *Ledger {
 	return l
 }
 
-func claimT(t testing.TB, l *Ledger, key Key, payload string) (*Claim, Verdict) {
+func claimT(t testing.TB, l *Ledger, key claims.Key, payload string) (*Claim, claims.Verdict) {
 	t.Helper()
 	c, v, err := l.Claim(context.Background(), key, hashOf(payload), time.Second)
 	if err != nil {
@@ -79,15 +82,15 @@ func claimT(t testing.TB, l *Ledger, key Key, payload string) (*Claim, Verdict) 
 func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l := openT(t, path, Options{})
-	key := Key{Namespace: "sensor-demo", ID: "batch-42"}
+	key := claims.Key{Namespace: "sensor-demo", ID: "batch-42"}
 	c, v := claimT(t, l, key, `{"delta":1}`)
-	if v != Pass {
+	if v != claims.Pass {
 		t.Fatalf("first copy: got %v, want pass", v)
 	}
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, v := claimT(t, l, key, `{"delta":1}`); v != Duplicate {
+	if _, v := claimT(t, l, key, `{"delta":1}`); v != claims.Duplicate {
 		t.Fatalf("second copy: got %v, want duplicate", v)
 	}
 	if err := l.Close(); err != nil {
@@ -95,11 +98,11 @@ func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 	}
 
 	l = openT(t, path, Options{})
-	if _, v := claimT(t, l, key, `{"delta":1}`); v != Duplicate {
+	if _, v := claimT(t, l, key, `{"delta":1}`); v != claims.Duplicate {
 		t.Fatalf("after reopen: got %v, want duplicate", v)
 	}
 	// The namespace is part of the key.
-	if c, v := claimT(t, l, Key{Namespace: "other-producer", ID: "batch-42"}, `{"delta":1}`); v != Pass {
+	if c, v := claimT(t, l, claims.Key{Namespace: "other-producer", ID: "batch-42"}, `{"delta":1}`); v != claims.Pass {
 		t.Fatalf("other namespace: got %v, want pass", v)
 	} else {
 		c.Release()
@@ -111,23 +114,23 @@ func TestCommittedKeyIsDuplicateAfterReopen(t *testing.T) {
 
 func TestSameKeyDifferentPayloadIsConflict(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{Namespace: "p", ID: "e1"}
+	key := claims.Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "a")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, v := claimT(t, l, key, "b"); v != Conflict {
+	if _, v := claimT(t, l, key, "b"); v != claims.Conflict {
 		t.Fatalf("got %v, want conflict", v)
 	}
 }
 
 func TestNamespaceAndKeyDoNotCollide(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	c, _ := claimT(t, l, Key{Namespace: "a", ID: "bc"}, "x")
+	c, _ := claimT(t, l, claims.Key{Namespace: "a", ID: "bc"}, "x")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if c, v := claimT(t, l, Key{Namespace: "ab", ID: "c"}, "x"); v != Pass {
+	if c, v := claimT(t, l, claims.Key{Namespace: "ab", ID: "c"}, "x"); v != claims.Pass {
 		t.Fatalf("(ab,c) after (a,bc): got %v, want pass", v)
 	} else {
 		c.Release()
@@ -136,21 +139,21 @@ func TestNamespaceAndKeyDoNotCollide(t *testing.T) {
 
 func TestEmptyAndOversizedKeysAreRefused(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	if _, _, err := l.Claim(context.Background(), Key{Namespace: "ns", ID: ""}, hashOf("x"), time.Second); err == nil {
+	if _, _, err := l.Claim(context.Background(), claims.Key{Namespace: "ns", ID: ""}, hashOf("x"), time.Second); err == nil {
 		t.Fatal("empty key was accepted")
 	}
-	if _, _, err := l.Claim(context.Background(), Key{Namespace: "", ID: strings.Repeat("k", MaxKeyBytes+1)}, hashOf("x"), time.Second); err == nil {
+	if _, _, err := l.Claim(context.Background(), claims.Key{Namespace: "", ID: strings.Repeat("k", MaxKeyBytes+1)}, hashOf("x"), time.Second); err == nil {
 		t.Fatal("oversized key was accepted")
 	}
 }
 
 func TestSecondCopyWaitsForFirst(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{Namespace: "p", ID: "e1"}
+	key := claims.Key{Namespace: "p", ID: "e1"}
 
 	type result struct {
 		c   *Claim
-		v   Verdict
+		v   claims.Verdict
 		err error
 	}
 	second := func() chan result {
@@ -186,7 +189,7 @@ func TestSecondCopyWaitsForFirst(t *testing.T) {
 	notYet(ch)
 	first.Release()
 	r := get(ch)
-	if r.err != nil || r.v != Pass {
+	if r.err != nil || r.v != claims.Pass {
 		t.Fatalf("after the first released: %v %v, want pass", r.v, r.err)
 	}
 
@@ -196,17 +199,17 @@ func TestSecondCopyWaitsForFirst(t *testing.T) {
 	if err := r.c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if r := get(ch); r.err != nil || r.v != Duplicate {
+	if r := get(ch); r.err != nil || r.v != claims.Duplicate {
 		t.Fatalf("after the first committed: %v %v, want duplicate", r.v, r.err)
 	}
 }
 
 func TestWaitForCopyInFlightTimesOut(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{Namespace: "p", ID: "e1"}
+	key := claims.Key{Namespace: "p", ID: "e1"}
 	first, _ := claimT(t, l, key, "x")
 	_, _, err := l.Claim(context.Background(), key, hashOf("x"), 50*time.Millisecond)
-	if !errors.Is(err, ErrInFlight) {
+	if !errors.Is(err, claims.ErrInFlight) {
 		t.Fatalf("got %v, want ErrInFlight", err)
 	}
 	first.Release()
@@ -216,18 +219,18 @@ func TestManyConcurrentCopiesExactlyOnePasses(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
 	const copies = 32
 	var mu sync.Mutex
-	verdicts := map[Verdict]int{}
+	verdicts := map[claims.Verdict]int{}
 	var wg sync.WaitGroup
 	for range copies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, v, err := l.Claim(context.Background(), Key{Namespace: "p", ID: "same"}, hashOf("x"), 10*time.Second)
+			c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "p", ID: "same"}, hashOf("x"), 10*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			if v == Pass {
+			if v == claims.Pass {
 				if err := c.Commit(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -238,14 +241,14 @@ func TestManyConcurrentCopiesExactlyOnePasses(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if verdicts[Pass] != 1 || verdicts[Duplicate] != copies-1 {
+	if verdicts[claims.Pass] != 1 || verdicts[claims.Duplicate] != copies-1 {
 		t.Fatalf("verdicts %v, want 1 pass and %d duplicates", verdicts, copies-1)
 	}
 }
 
 func TestApplyCommitsOnlyWithItsTransaction(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{})
-	key := Key{Namespace: "p", ID: "e1"}
+	key := claims.Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "x")
 
 	// A rolled-back transaction leaves the key unapplied and the claim held.
@@ -296,14 +299,14 @@ func TestApplyAsOutboxParticipant(t *testing.T) {
 	}
 	skip := func(run func(*bolt.Tx) error) func(*bolt.Tx) error {
 		return func(tx *bolt.Tx) error {
-			if err := run(tx); errors.Is(err, ErrApplied) {
-				return outbox.ErrSkip
+			if err := run(tx); errors.Is(err, commit.ErrAlreadyApplied) {
+				return commit.ErrAlreadyApplied
 			} else {
 				return err
 			}
 		}
 	}
-	key := Key{Namespace: "p", ID: "e1"}
+	key := claims.Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "payload")
 	if _, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(c.Apply)}}); err != nil {
 		t.Fatal(err)
@@ -320,7 +323,7 @@ func TestApplyAsOutboxParticipant(t *testing.T) {
 	if err := ob.Remove(recs[0].Seq); err != nil {
 		t.Fatal(err)
 	}
-	if _, v := claimT(t, l, key, "payload"); v != Duplicate {
+	if _, v := claimT(t, l, key, "payload"); v != claims.Duplicate {
 		t.Fatalf("got %v, want duplicate", v)
 	}
 	rec, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(l.SkipIfApplied(key, hashOf("payload")))}})
@@ -336,8 +339,8 @@ func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
 	maxSeen := int64(0)
 	for round := range 20 {
 		for i := range 50 {
-			c, v := claimT(t, l, Key{Namespace: "p", ID: fmt.Sprintf("%d-%d", round, i)}, "x")
-			if v != Pass {
+			c, v := claimT(t, l, claims.Key{Namespace: "p", ID: fmt.Sprintf("%d-%d", round, i)}, "x")
+			if v != claims.Pass {
 				t.Fatalf("fresh key: %v", v)
 			}
 			if err := c.Commit(context.Background()); err != nil {
@@ -357,23 +360,28 @@ func TestRetentionExpiresOldKeysAndBoundsSize(t *testing.T) {
 		t.Fatal("nothing expired")
 	}
 	// An expired key passes again.
-	if c, v := claimT(t, l, Key{Namespace: "p", ID: "0-0"}, "x"); v != Pass {
+	if c, v := claimT(t, l, claims.Key{Namespace: "p", ID: "0-0"}, "x"); v != claims.Pass {
 		t.Fatalf("expired key: got %v, want pass", v)
 	} else {
 		c.Release()
 	}
-	// The stored count matches the keys.
+	// The stored count matches the keys, read in one transaction: the
+	// expirer runs on, and the in-memory count follows its commits.
 	var n int
-	_ = l.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bucketKeys).Stats().KeyN; return nil })
-	if int64(n) != l.Stats().Keys {
-		t.Fatalf("count %d != keys in bucket %d", l.Stats().Keys, n)
+	var count uint64
+	_ = l.db.View(func(tx *bolt.Tx) error {
+		n, count = tx.Bucket(bucketKeys).Stats().KeyN, boltfile.Uint64(tx.Bucket(bucketMeta), keyCount)
+		return nil
+	})
+	if uint64(n) != count {
+		t.Fatalf("count %d != keys in bucket %d", count, n)
 	}
 }
 
 func TestExpireKeepsClaimedKeysAndIsBatched(t *testing.T) {
 	l := openT(t, filepath.Join(t.TempDir(), "ledger.db"), Options{ExpireBatch: 10})
 	for i := range 25 {
-		c, _ := claimT(t, l, Key{Namespace: "p", ID: strconv.Itoa(i)}, "x")
+		c, _ := claimT(t, l, claims.Key{Namespace: "p", ID: strconv.Itoa(i)}, "x")
 		if err := c.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +430,7 @@ func TestCommittedKeysSurviveSIGKILL(t *testing.T) {
 
 	l := openT(t, path, Options{})
 	for i := 0; i <= last; i++ {
-		if applied, _, _, err := l.Lookup(Key{Namespace: "crash", ID: strconv.Itoa(i)}); err != nil || !applied {
+		if applied, _, _, err := l.Lookup(claims.Key{Namespace: "crash", ID: strconv.Itoa(i)}); err != nil || !applied {
 			t.Fatalf("key %d reported committed before SIGKILL is missing (err %v)", i, err)
 		}
 	}
@@ -448,7 +456,7 @@ func TestOpenSharesOneLedgerPerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a still works after b's Close.
-	c, _ := claimT(t, a, Key{Namespace: "p", ID: "x"}, "x")
+	c, _ := claimT(t, a, claims.Key{Namespace: "p", ID: "x"}, "x")
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +478,7 @@ func TestSplitMessageStoresEveryPartUnderOneClaim(t *testing.T) {
 			defer ob.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			key := Key{Namespace: "p", ID: "split-1"}
+			key := claims.Key{Namespace: "p", ID: "split-1"}
 			c, _ := claimT(t, l, key, "whole message")
 			appendPart := func(id string) error {
 				_, err := ob.Append(ctx, outbox.Entry{EventID: id, Topic: "t", Payload: []byte(id),

@@ -5,6 +5,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
@@ -18,7 +19,7 @@ func (c *Claim) Participant() commit.Participant {
 
 // SkipParticipant stops a writer on the ledger's file from storing a
 // message whose key is already applied with hash (SkipIfApplied).
-func (l *Ledger) SkipParticipant(key Key, hash [32]byte) commit.Participant {
+func (l *Ledger) SkipParticipant(key claims.Key, hash [32]byte) commit.Participant {
 	return commit.Participant{Path: l.Path(), Run: l.SkipIfApplied(key, hash)}
 }
 

@@ -151,7 +151,7 @@ func fillBacklog(b testing.TB, o *Outbox, n int) (first, last uint64) {
 		for i := 0; i < perTx && done+i < n; i++ {
 			id := fmt.Sprintf("backlog-%d", done+i)
 			batch = append(batch, &request{ctx: context.Background(), entry: &Entry{EventID: id, Topic: "bench/topic", Payload: benchPayload},
-				size: size(id, "bench/topic", benchPayload), done: make(chan struct{}, 1)})
+				size: size(id, "bench/topic", nil, benchPayload), done: make(chan struct{}, 1)})
 		}
 		o.mu.Lock()
 		o.reservedN += len(batch)

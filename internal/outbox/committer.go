@@ -11,7 +11,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // request is one Append (entry != nil), Remove (seqs) or move of damaged
@@ -38,7 +40,7 @@ type request struct {
 type entryFailure struct {
 	req  *request
 	err  error
-	skip bool // a participant returned ErrSkip: settle with success, nothing appended
+	skip bool // a participant returned commit.ErrAlreadyApplied: settle with success, nothing appended
 }
 
 func (e *entryFailure) Error() string { return e.err.Error() }
@@ -240,8 +242,8 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!o.sameTopic(view.topic, e.Topic) || !bytes.Equal(view.payload, e.Payload)) {
-			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic or payload; give the new message its own event ID",
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !o.sameProps(view.props, e.Props)) {
+			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic, payload or properties; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
 		}
@@ -253,7 +255,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 
 	for _, p := range e.Participants {
 		if err := runParticipant(p, tx); err != nil {
-			if errors.Is(err, ErrSkip) {
+			if errors.Is(err, commit.ErrAlreadyApplied) {
 				return &entryFailure{req: r, err: err, skip: true}
 			}
 			return &entryFailure{req: r, err: fmt.Errorf("outbox file %s: event %q not appended: a transaction participant failed: %w", o.path, e.EventID, err)}
@@ -268,7 +270,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 	if err != nil {
 		return err
 	}
-	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
+	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Props: e.Props, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
 	key := seqKey(seq)
 	if err := records.Put(key, encodeRecord(&rec)); err != nil {
 		return err
@@ -344,10 +346,10 @@ func seqFromKey(k []byte) uint64 {
 	return binary.BigEndian.Uint64(k)
 }
 
-// sameTopic compares a pending record's topic field with a write's.
-func (o *Outbox) sameTopic(stored []byte, written string) bool {
-	if o.opts.SameTopic != nil {
-		return o.opts.SameTopic(string(stored), written)
+// sameProps compares a pending record's properties with a write's.
+func (o *Outbox) sameProps(stored, written *mqttmsg.Properties) bool {
+	if o.opts.SameProps != nil {
+		return o.opts.SameProps(stored, written)
 	}
-	return string(stored) == written
+	return bytes.Equal(encodeProps(stored), encodeProps(written))
 }

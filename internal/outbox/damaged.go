@@ -16,9 +16,6 @@ import (
 var (
 	bucketDamaged = []byte("outbox/damaged")
 	keyDamaged    = []byte("damaged")
-	// keyChecksums is present once every record in the file carries a
-	// checksum: set when the outbox is created, or after upgradeRecords.
-	keyChecksums = []byte("checksums")
 )
 
 // upgradeBatch bounds the records rewritten per upgrade transaction.
@@ -95,7 +92,7 @@ func estimatedSize(v []byte) int64 {
 func (o *Outbox) upgradeRecords() error {
 	var found []DamagedRecord
 	err := o.file.UpdateInBatches(bucketRecords, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
-		if len(v) > 0 && v[0] == recordVersion {
+		if len(v) > 0 && (v[0] == recordVersion || v[0] == recordVersionV2) {
 			return nil
 		}
 		view, err := decodeRecord(k, v, true)
@@ -110,7 +107,7 @@ func (o *Outbox) upgradeRecords() error {
 		rec := view.record(seqFromKey(k))
 		return tx.Bucket(bucketRecords).Put(k, encodeRecord(&rec))
 	}, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyChecksums, []byte{1})
+		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
 	if err != nil {
 		return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)

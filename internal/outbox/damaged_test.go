@@ -160,7 +160,7 @@ func writeV1Outbox(t *testing.T, path string, n int) {
 			if err := ids.Put([]byte(r.EventID), seqKey(seq)); err != nil {
 				return err
 			}
-			bytesTotal += size(r.EventID, r.Topic, r.Payload)
+			bytesTotal += size(r.EventID, r.Topic, encodeProps(r.Props), r.Payload)
 		}
 		_ = boltfile.PutUint64(meta, keyPending, uint64(n))
 		_ = boltfile.PutUint64(meta, keyPendingBytes, uint64(bytesTotal))
@@ -190,7 +190,7 @@ func TestOutboxWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 	}
 	// Every value now carries a checksum, and the file says so.
 	if err := o.db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta).Get(keyChecksums) == nil {
+		if tx.Bucket(bucketMeta).Get(boltfile.KeyChecksums) == nil {
 			return fmt.Errorf("no checksums mark")
 		}
 		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {

@@ -111,7 +111,7 @@ func Check(tx *bolt.Tx, path string) (int, error) {
 	if err := checkKeys(path, records, meta); err != nil {
 		return 0, err
 	}
-	legacy := meta.Get(keyChecksums) == nil
+	legacy := meta.Get(boltfile.KeyChecksums) == nil
 	n, bad := 0, 0
 	var first string
 	c := records.Cursor()

@@ -24,14 +24,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
@@ -45,13 +46,8 @@ var (
 	keyClientID     = []byte("client_id")
 )
 
-// ErrSkip, returned by a participant, means the entry's effect already
-// happened: nothing is appended and Append returns nil. It is the commit
-// package's sentinel, so a participant's answer reaches the outbox as is.
-var ErrSkip = commit.ErrAlreadyApplied
-
 // ErrEventIDConflict means the event ID is already pending with a different
-// topic or payload.
+// topic, payload or properties.
 var ErrEventIDConflict = errors.New("event ID conflict")
 
 // ErrClosed is returned by calls on a closed outbox.
@@ -60,6 +56,11 @@ var ErrClosed = errors.New("outbox closed")
 // ErrCorrupt marks a stored record that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt outbox record")
 
+// IsDamaged reports whether err says that the outbox file is damaged (a
+// page bbolt cannot read, records lost from the queue): retrying does not
+// help, an operator must move the file aside.
+func IsDamaged(err error) bool { return errors.Is(err, boltfile.ErrDamaged) }
+
 // closeTimeout bounds how long Close waits for a commit in progress.
 const closeTimeout = shutdown.Commit
 
@@ -67,12 +68,13 @@ const closeTimeout = shutdown.Commit
 type Entry struct {
 	EventID string
 	Topic   string
+	Props   *mqttmsg.Properties // MQTT 5 properties to publish with; nil: none
 	Payload []byte
 
 	// Participants run inside the append transaction, before commit, so
 	// another component (the dedup ledger) can commit its own state in the
 	// same bbolt transaction. They also run when the event ID is already
-	// pending with identical content. A participant returning ErrSkip means
+	// pending with identical content. A participant returning commit.ErrAlreadyApplied means
 	// "the effect already happened": nothing is appended and Append returns
 	// nil with Seq 0. Any other error fails only this entry: the group's
 	// transaction is rolled back and redone without it.
@@ -81,10 +83,11 @@ type Entry struct {
 
 // Options tune an outbox.
 type Options struct {
-	// SameTopic reports whether a write's topic field is the pending
+	// SameProps reports whether a write's properties are the pending
 	// record's, for a write of an event ID already pending; nil compares
-	// bytes. (A tracer's traceparent differs on every write of one event.)
-	SameTopic func(stored, written string) bool
+	// them exactly. (A tracer's traceparent differs on every write of one
+	// event.)
+	SameProps func(stored, written *mqttmsg.Properties) bool
 	// MaxPending bounds the number of records; 0 = unbounded. Append blocks
 	// while the outbox is full (backpressure, never a drop).
 	MaxPending int
@@ -133,12 +136,9 @@ type Outbox struct {
 	freed         chan struct{} // closed and replaced whenever space is freed
 }
 
-// One outbox per file per process: two senders would deliver and remove the
-// same records.
-var (
-	inUseMu sync.Mutex
-	inUse   = map[string]bool{}
-)
+// outboxes holds the process's open outboxes by file path: one per file,
+// never shared, since two senders would deliver and remove the same records.
+var outboxes registry.Registry[*Outbox]
 
 // Open opens (or creates) the outbox in the bbolt file at path. The file's
 // directory must exist.
@@ -153,21 +153,25 @@ func Open(path string, opts Options) (*Outbox, error) {
 	// refused: at worst it resends confirmed records, or misses the last
 	// group appended, and refusing would stop the records it does hold.
 	f, err := boltfile.AcquireWith(path, boltfile.Options{Verify: opts.Verify, AcceptRollback: true, Create: func(tx *bolt.Tx) error {
-		_, err := createBuckets(tx)
+		_, err := layout.CreateIn(tx)
 		return err
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("opening outbox: %w", err)
 	}
-	inUseMu.Lock()
-	if inUse[f.Path()] {
-		inUseMu.Unlock()
-		_ = f.Release()
-		return nil, fmt.Errorf("outbox file %s is already used by another reliable_mqtt_out in this process; give each output its own outbox path", f.Path())
+	refuse := func(*Outbox) error {
+		return fmt.Errorf("outbox file %s is already used by another reliable_mqtt_out in this process; give each output its own outbox path", f.Path())
 	}
-	inUse[f.Path()] = true
-	inUseMu.Unlock()
+	o, err := outboxes.Acquire(f.Path(), refuse, func() (*Outbox, error) { return open(f, opts) })
+	if err != nil {
+		_ = f.Release()
+		return nil, err
+	}
+	return o, nil
+}
 
+// open starts the outbox in the file f.
+func open(f *boltfile.File, opts Options) (*Outbox, error) {
 	o := &Outbox{
 		file:          f,
 		db:            f.DB(),
@@ -180,62 +184,45 @@ func Open(path string, opts Options) (*Outbox, error) {
 		freed:         make(chan struct{}),
 	}
 	if err := o.load(); err != nil {
-		o.unregister()
-		_ = f.Release()
 		return nil, err
 	}
 	go o.commitLoop()
 	return o, nil
 }
 
-// load reads the counters and client ID, creating the buckets and the ID
-// only in a file that has none of them (a new file is created with them;
-// this is an outbox added to a ledger's file). An existing outbox is not
+// section is the outbox's part of a shared file. An existing outbox is not
 // written at open, so it can be opened and drained on a full disk — except
 // once, to add checksums to the records of a file written before they
 // existed.
+func (o *Outbox) section() boltfile.Section {
+	s := layout
+	s.Check, s.Upgrade, s.Verify = o.checkPending, o.upgradeRecords, o.checkCount
+	return s
+}
+
+// layout is the outbox's buckets, created with its client ID.
+var layout = boltfile.Section{
+	Name:     "outbox",
+	Buckets:  [][]byte{bucketRecords, bucketIDs, bucketMeta},
+	Init:     initClientID,
+	Complete: func(meta *bolt.Bucket) bool { return meta.Get(keyClientID) != nil },
+}
+
+// checkPending: the pending counter moves with the records, so a counter
+// without them is damage.
+func (o *Outbox) checkPending(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if k, _ := tx.Bucket(bucketRecords).Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
+		return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
+	}
+	return nil
+}
+
+// load readies the outbox's buckets (section) and reads the counters and
+// client ID.
 func (o *Outbox) load() error {
-	ready, checksummed, some := false, false, false
-	err := o.file.View(func(tx *bolt.Tx) error {
-		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
-		some = records != nil || meta != nil || tx.Bucket(bucketIDs) != nil
-		if records == nil || tx.Bucket(bucketIDs) == nil || meta == nil || meta.Get(keyClientID) == nil {
-			return nil
-		}
-		// The buckets and the ID are created in one transaction, and the
-		// pending counter moves with the records: a part without the rest
-		// is damage, not an outbox to start afresh.
-		if k, _ := records.Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
-			return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
-		}
-		checksummed = meta.Get(keyChecksums) != nil
-		ready = true
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("opening outbox file %s: %w", o.path, err)
-	}
-	if !ready && some {
-		return fmt.Errorf("opening outbox file %s: %w", o.path, &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("it holds only part of an outbox (buckets %q, %q, %q and a client ID are created together): the rest was lost to damage", bucketRecords, bucketIDs, bucketMeta)})
-	}
-	if !ready {
-		err := o.file.Update(func(tx *bolt.Tx) (err error) {
-			checksummed, err = createBuckets(tx)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("opening outbox file %s: %w", o.path, err)
-		}
-	}
-	if !checksummed {
-		if err := o.upgradeRecords(); err != nil {
-			return err
-		}
-	}
-	if o.file.Verified() {
-		if err := o.checkCount(); err != nil {
-			return err
-		}
+	if err := o.file.OpenSection(o.section()); err != nil {
+		return err
 	}
 	return o.file.View(func(tx *bolt.Tx) error {
 		o.loadFrom(tx.Bucket(bucketRecords), tx.Bucket(bucketMeta))
@@ -243,33 +230,16 @@ func (o *Outbox) load() error {
 	})
 }
 
-// createBuckets makes the buckets and the client ID of a new outbox, marked
-// as checksummed.
-func createBuckets(tx *bolt.Tx) (checksummed bool, err error) {
-	records, err := tx.CreateBucketIfNotExists(bucketRecords)
-	if err != nil {
-		return false, err
+// initClientID generates the MQTT client ID of a new outbox, once.
+func initClientID(meta *bolt.Bucket) error {
+	if meta.Get(keyClientID) != nil {
+		return nil
 	}
-	if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
-		return false, err
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
 	}
-	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-	if err != nil {
-		return false, err
-	}
-	if meta.Get(keyClientID) == nil {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return false, err
-		}
-		if err := meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:]))); err != nil {
-			return false, err
-		}
-	}
-	if records.Stats().KeyN == 0 {
-		return true, meta.Put(keyChecksums, []byte{1})
-	}
-	return meta.Get(keyChecksums) != nil, nil
+	return meta.Put(keyClientID, []byte("reliable-mqtt-"+hex.EncodeToString(b[:])))
 }
 
 func (o *Outbox) loadFrom(records, meta *bolt.Bucket) {
@@ -377,7 +347,7 @@ func (o *Outbox) AppendBatch(ctx context.Context, entries []Entry) (recs []Recor
 				errs[next] = fmt.Errorf("outbox file %s: nothing appended: %w", o.path, err)
 				continue
 			}
-			sz := size(e.EventID, e.Topic, e.Payload)
+			sz := size(e.EventID, e.Topic, encodeProps(e.Props), e.Payload)
 			if len(run) == 0 {
 				if err := o.reserve(ctx, sz); err != nil {
 					errs[next] = err
@@ -506,9 +476,7 @@ func (o *Outbox) Remove(seqs ...uint64) error {
 func (o *Outbox) Close() error {
 	o.closeOnce.Do(func() {
 		close(o.closing)
-		select {
-		case <-o.committerDone:
-		case <-time.After(closeTimeout):
+		if !shutdown.Wait(closeTimeout, o.committerDone) {
 			o.closeErr = fmt.Errorf("outbox file %s: a commit did not finish within %s; the file is left open", o.path, closeTimeout)
 			return
 		}
@@ -529,11 +497,7 @@ func (o *Outbox) isClosed() bool {
 	}
 }
 
-func (o *Outbox) unregister() {
-	inUseMu.Lock()
-	delete(inUse, o.path)
-	inUseMu.Unlock()
-}
+func (o *Outbox) unregister() { outboxes.Release(o.path, o) }
 
 // reserve admits an append of sz bytes, waiting while the outbox is full.
 // Admitted appends count against the limits until the committer settles

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 )
 
 func TestMain(m *testing.M) {
@@ -114,7 +115,7 @@ func TestFIFOAndSeqSurviveReopen(t *testing.T) {
 	st := o.Stats()
 	var wantBytes int64
 	for _, r := range want[2:9] {
-		wantBytes += size(r.EventID, r.Topic, r.Payload)
+		wantBytes += size(r.EventID, r.Topic, encodeProps(r.Props), r.Payload)
 	}
 	if st.Pending != 7 || st.PendingBytes != wantBytes || !st.Oldest.Equal(want[2].Enqueued) {
 		t.Errorf("Stats after reopen = %+v, want 7 pending, %d bytes, oldest %v", st, wantBytes, want[2].Enqueued)
@@ -416,8 +417,8 @@ func TestParticipantsCommitWithTheRecord(t *testing.T) {
 		t.Fatal("participant's key missing after reopen")
 	}
 
-	// ErrSkip: nothing appended, no error, no participant writes kept.
-	skip := func(tx *bolt.Tx) error { return ErrSkip }
+	// commit.ErrAlreadyApplied: nothing appended, no error, no participant writes kept.
+	skip := func(tx *bolt.Tx) error { return commit.ErrAlreadyApplied }
 	r, err := o.Append(context.Background(), Entry{EventID: "e2", Topic: "t", Payload: []byte("p"),
 		Participants: []func(*bolt.Tx) error{markApplied("k2"), skip}})
 	if err != nil || r.Seq != 0 {

@@ -1,12 +1,12 @@
 // Package properties is what reliable-mqtt does with MQTT 5 PUBLISH
 // properties, without Benthos: the event ID and destination topic carried
 // as user properties (`envelope: properties`), received properties as
-// metadata, and the form in which an outbox record keeps its properties.
+// metadata, and the properties reliable_mqtt_out's fields give a message.
+// An outbox record keeps its properties in a field of its own
+// (internal/outbox, props.go).
 package properties
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -178,73 +178,6 @@ func ParseExpiry(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("message_expiry %q exceeds the protocol's maximum of 4294967295 seconds", s)
 	}
 	return d, nil
-}
-
-// An outbox record keeps its topic, event ID and payload; its MQTT 5
-// properties travel in the topic field, after a NUL: no valid MQTT topic
-// contains one (envelope.CheckPublishTopic), so a stored topic without a
-// NUL is a record without properties, exactly as before properties
-// existed, and the outbox's file format does not change. Two writes of
-// one event ID are the same record only if their properties are equal
-// too, since the outbox compares topics.
-const storedSep = "\x00"
-
-// stored is the JSON form of the properties in a stored topic. Field order
-// and the sorted user properties of the output make it deterministic.
-type stored struct {
-	User          [][2]string `json:"user,omitempty"`
-	ContentType   string      `json:"content_type,omitempty"`
-	ResponseTopic string      `json:"response_topic,omitempty"`
-	Correlation   []byte      `json:"correlation_data,omitempty"`
-	ExpirySeconds int64       `json:"message_expiry,omitempty"`
-}
-
-// StoreTopic returns the topic field of an outbox record for a publish to
-// topic with properties p (topic itself when p is nil).
-func StoreTopic(topic string, p *mqttmsg.Properties) string {
-	if p == nil {
-		return topic
-	}
-	s := stored{ContentType: p.ContentType, ResponseTopic: p.ResponseTopic, Correlation: p.CorrelationData,
-		ExpirySeconds: int64(p.MessageExpiry / time.Second)}
-	for _, u := range p.User {
-		s.User = append(s.User, [2]string{u.Key, u.Value})
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic("properties: marshalling strings and bytes cannot fail: " + err.Error())
-	}
-	return topic + storedSep + string(b)
-}
-
-// SplitStored splits an outbox record's topic field into the publish topic
-// and the JSON text of its properties ("" without), for display.
-func SplitStored(s string) (topic, props string) {
-	topic, props, _ = strings.Cut(s, storedSep)
-	return topic, props
-}
-
-// ErrStoredTopic is wrapped by LoadTopic's errors: a record whose
-// properties cannot be read.
-var ErrStoredTopic = errors.New("unreadable MQTT 5 properties in a stored record")
-
-// LoadTopic splits an outbox record's topic field into the publish topic
-// and its properties (nil for a record stored without any).
-func LoadTopic(s string) (string, *mqttmsg.Properties, error) {
-	topic, raw, ok := strings.Cut(s, storedSep)
-	if !ok {
-		return s, nil, nil
-	}
-	var st stored
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return topic, nil, fmt.Errorf("%w (topic %q): %v", ErrStoredTopic, topic, err)
-	}
-	p := &mqttmsg.Properties{ContentType: st.ContentType, ResponseTopic: st.ResponseTopic,
-		CorrelationData: st.Correlation, MessageExpiry: time.Duration(st.ExpirySeconds) * time.Second}
-	for _, u := range st.User {
-		p.User = append(p.User, mqttmsg.UserProperty{Key: u[0], Value: u[1]})
-	}
-	return topic, p, nil
 }
 
 // Outgoing are the MQTT 5 properties of one message as reliable_mqtt_out's

@@ -104,36 +104,6 @@ func TestMetadataNamesEveryPropertyAndListsRepeatedNames(t *testing.T) {
 	}
 }
 
-func TestStoredTopicRoundTripsAndPlainTopicsStayPlain(t *testing.T) {
-	if s := StoreTopic("a/b", nil); s != "a/b" {
-		t.Fatalf("no properties: stored topic %q, want the topic itself", s)
-	}
-	if topic, p, err := LoadTopic("a/b"); topic != "a/b" || p != nil || err != nil {
-		t.Fatalf("LoadTopic(plain) = %q, %v, %v", topic, p, err)
-	}
-	p := &mqttmsg.Properties{
-		User:            up("event_id", "ev-1", "destination_topic", "x/y", "k", "v\"with\\quotes", "k", "again"),
-		ContentType:     "application/octet-stream",
-		ResponseTopic:   "r",
-		CorrelationData: []byte{0, 1, 0xfe},
-		MessageExpiry:   time.Hour,
-	}
-	s := StoreTopic("a/b", p)
-	if !strings.HasPrefix(s, "a/b\x00") {
-		t.Fatalf("stored topic %q does not start with the topic and a NUL", s)
-	}
-	if s2 := StoreTopic("a/b", p); s2 != s {
-		t.Fatalf("the same properties stored twice differ:\n%q\n%q", s, s2)
-	}
-	topic, got, err := LoadTopic(s)
-	if err != nil || topic != "a/b" || !reflect.DeepEqual(got, p) {
-		t.Fatalf("LoadTopic = %q, %+v, %v; want a/b, %+v", topic, got, err, p)
-	}
-	if _, _, err := LoadTopic("a/b\x00{not json"); !errors.Is(err, ErrStoredTopic) {
-		t.Fatalf("damaged properties: err %v, want ErrStoredTopic", err)
-	}
-}
-
 func TestOutgoingIsDeterministicAndChecked(t *testing.T) {
 	o := Outgoing{User: map[string]string{"z": "1", "a": "2", "m": "3"}, ContentType: "text/plain", MessageExpiry: "90"}
 	for range 5 {

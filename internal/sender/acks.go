@@ -1,11 +1,13 @@
 package sender
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
 // maxQueuedAcks bounds the ACKs decoded but not yet matched by the sender.
@@ -165,4 +167,25 @@ func (r *recentIDs) add(id string) {
 func (r *recentIDs) has(id string) bool {
 	_, ok := r.set[id]
 	return ok
+}
+
+// AckHandlers are the connection handlers of an output confirmed end to
+// end: at every connect, before the connection counts as ready, they
+// subscribe to topic (QoS 1, so ACKs sent while we were away wait in the
+// session); every message that arrives is an ACK, checked against keys
+// (nil: not authenticated) and queued on acks or ignored through ignored.
+// A retained message is warned about (at most when allowWarning says so):
+// it comes back at every subscription, an ACK that never ends.
+func AckHandlers(topic string, keys [][]byte, acks *AckQueue, ignored *IgnoredACKs, log Logger, allowWarning func() bool) mqttclient.Handlers {
+	return mqttclient.Handlers{
+		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
+			return conn.Subscribe(ctx, map[string]byte{topic: 1})
+		},
+		OnMessage: func(_ mqttclient.Conn, msg mqttclient.Message) {
+			if msg.Retained() && allowWarning() {
+				log.Warnf("A retained message arrived on the ACK topic %q: the broker sends it again at every (re)subscription. ACKs must be published without the retain flag; clear it with an empty retained message (mosquitto_pub -r -n -t '%s')", msg.Topic(), msg.Topic())
+			}
+			acks.Receive(msg.Topic(), msg.Payload(), keys, ignored)
+		},
+	}
 }

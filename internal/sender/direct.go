@@ -9,6 +9,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Direct publishes without an outbox: each Send waits for its own
@@ -62,12 +63,9 @@ func (d *Direct) Run(ctx context.Context) {
 	}
 }
 
-// Wait blocks until Run has returned or ctx ends.
+// Wait blocks until Run has returned or ctx ends (at most shutdown.Send).
 func (d *Direct) Wait(ctx context.Context) {
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-	}
+	shutdown.Until(ctx, shutdown.Send, d.done)
 }
 
 func (d *Direct) expect(id string) chan struct{} {

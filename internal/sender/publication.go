@@ -8,25 +8,12 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
-// failedToken is a publish refused before it was sent.
-type failedToken struct{ err error }
-
-func (failedToken) Done() <-chan struct{} { return closedChan }
-func (t failedToken) Error() error        { return t.err }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// recordPublication is the publish of an outbox record: its topic field
-// may carry MQTT 5 properties (see properties.StoreTopic).
-func recordPublication(r outbox.Record, c Config) (mqttmsg.Publication, error) {
-	topic, props, err := properties.LoadTopic(r.Topic)
-	if err != nil {
-		return mqttmsg.Publication{}, err
-	}
-	return publication(codec.Message{Topic: topic, Payload: r.Payload, Retain: c.Retained, Props: props}, c), nil
+// recordPublication is the publish of an outbox record, with its MQTT 5
+// properties.
+func recordPublication(r outbox.Record, c Config) mqttmsg.Publication {
+	return publication(codec.Message{Topic: r.Topic, Payload: r.Payload, Retain: c.Retained, Props: r.Props}, c)
 }
 
 // publication is the QoS 1 publish of m. The transport refuses what the
@@ -49,10 +36,4 @@ func publishFailed(m Metrics, eventID, topic string, err error) error {
 		return fmt.Errorf("event %s: no subscriber matches topic %q (PUBACK 0x10, require_subscribers: true)", eventID, topic)
 	}
 	return fmt.Errorf("event %s: the broker refused the publish to %q (%w)", eventID, topic, err)
-}
-
-// plainTopic is the publish topic of a record's topic field.
-func plainTopic(stored string) string {
-	topic, _, _ := properties.LoadTopic(stored)
-	return topic
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Config is what the sender needs of the output's configuration.
@@ -103,13 +103,16 @@ func New(s Config, ob *outbox.Outbox, client mqttclient.Transport, acks *AckQueu
 }
 
 // Wait blocks until Run has returned and the last removals are written.
+// It gives up when ctx ends or after shutdown.Send.
 func (sd *Sender) Wait(ctx context.Context) error {
-	select {
-	case <-sd.done:
+	if shutdown.Until(ctx, shutdown.Send, sd.done) {
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("outbox sender did not stop in time: %w", ctx.Err())
 	}
+	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded
+	}
+	return fmt.Errorf("outbox sender did not stop in time: %w", err)
 }
 
 // Run sends until ctx ends.
@@ -137,7 +140,7 @@ func (sd *Sender) Run(ctx context.Context) {
 		failures++
 		delay := sd.s.Retry.After(failures)
 		sd.m.OnRetried()
-		if errors.Is(err, boltfile.ErrDamaged) {
+		if outbox.IsDamaged(err) {
 			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
 		} else {
 			sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)
@@ -173,11 +176,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
-		pub, err := recordPublication(r, sd.s)
-		if err != nil {
-			return failedToken{fmt.Errorf("event %s (outbox seq %d): %w", r.EventID, r.Seq, err)}
-		}
-		tok := conn.PublishAsync(pub)
+		tok := conn.PublishAsync(recordPublication(r, sd.s))
 		sd.m.OnPublished()
 		observe(sd.m, func(o EventObserver) { o.OnEventPublished(r.EventID) })
 		return tok
@@ -229,7 +228,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 					continue // its ACK came first: nothing to learn from the PUBACK
 				}
 				if err := f.tok.Error(); err != nil {
-					return progress, publishFailed(sd.m, f.rec.EventID, plainTopic(f.rec.Topic), err)
+					return progress, publishFailed(sd.m, f.rec.EventID, f.rec.Topic, err)
 				}
 				if !sd.s.EndToEnd {
 					confirm(f, now)

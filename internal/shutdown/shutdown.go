@@ -33,12 +33,20 @@ func Outer(inner time.Duration) time.Duration { return inner + Margin }
 // Wait waits until every channel in done is closed, for at most limit in
 // all, and reports whether they all were.
 func Wait(limit time.Duration, done ...<-chan struct{}) bool {
+	return Until(context.Background(), limit, done...)
+}
+
+// Until is Wait that also gives up when ctx ends: the one way a Close
+// waits for work in progress.
+func Until(ctx context.Context, limit time.Duration, done ...<-chan struct{}) bool {
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	for _, d := range done {
 		select {
 		case <-d:
 		case <-timer.C:
+			return false
+		case <-ctx.Done():
 			return false
 		}
 	}
@@ -59,15 +67,11 @@ func Go(fn func()) <-chan struct{} {
 // limit passes (release keeps running; what names it in the error).
 func Within(ctx context.Context, limit time.Duration, what string, release func() error) error {
 	var err error
-	done := Go(func() { err = release() })
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	select {
-	case <-done:
+	if Until(ctx, limit, Go(func() { err = release() })) {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return fmt.Errorf("closing %s: timed out after %s", what, limit)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("closing %s: timed out after %s", what, limit)
 }

@@ -40,3 +40,16 @@ func TestWithinReturnsTheErrorOrGivesUp(t *testing.T) {
 		t.Fatal("an outer bound must exceed the inner one")
 	}
 }
+
+func TestUntilGivesUpWhenTheContextEnds(t *testing.T) {
+	open := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Until(ctx, time.Minute, open) {
+		t.Fatal("Until reported success for an open channel")
+	}
+	close(open)
+	if !Until(context.Background(), time.Minute, open) {
+		t.Fatal("Until reported a timeout for a closed channel")
+	}
+}

@@ -1,7 +1,9 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -9,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
 
 // scope names our spans' instrumentation in a trace.
@@ -190,17 +191,18 @@ func outcomeOf(err error) string {
 	return Retried
 }
 
-// SameStoredTopic reports whether two outbox topic fields (a publish topic
-// and its properties, properties.StoreTopic) are one record, apart from
-// their trace context.
-func SameStoredTopic(stored, written string) bool {
-	if stored == written {
-		return true
+// SameProps reports whether two writes' properties are one record's, apart
+// from their trace context (outbox.Options.SameProps).
+func SameProps(stored, written *mqttmsg.Properties) bool {
+	a, b := WithoutContext(stored), WithoutContext(written)
+	if a == nil || b == nil {
+		return empty(a) && empty(b)
 	}
-	t1, p1, err1 := properties.LoadTopic(stored)
-	t2, p2, err2 := properties.LoadTopic(written)
-	if err1 != nil || err2 != nil || t1 != t2 {
-		return false
-	}
-	return properties.StoreTopic(t1, WithoutContext(p1)) == properties.StoreTopic(t2, WithoutContext(p2))
+	return slices.Equal(a.User, b.User) && a.ContentType == b.ContentType && a.ResponseTopic == b.ResponseTopic &&
+		bytes.Equal(a.CorrelationData, b.CorrelationData) && a.MessageExpiry == b.MessageExpiry
+}
+
+// empty reports whether p carries no property at all.
+func empty(p *mqttmsg.Properties) bool {
+	return p == nil || (len(p.User) == 0 && p.ContentType == "" && p.ResponseTopic == "" && len(p.CorrelationData) == 0 && p.MessageExpiry == 0)
 }

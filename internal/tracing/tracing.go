@@ -111,7 +111,7 @@ func WithoutContext(p *mqttmsg.Properties) *mqttmsg.Properties {
 	}
 	out := *p
 	out.User = slices.DeleteFunc(slices.Clone(p.User), isTraceKey)
-	if len(out.User) == 0 && out.ContentType == "" && out.ResponseTopic == "" && len(out.CorrelationData) == 0 && out.MessageExpiry == 0 {
+	if empty(&out) {
 		return nil
 	}
 	return &out

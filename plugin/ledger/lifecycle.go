@@ -109,7 +109,7 @@ func (c *common) check(ctx context.Context, batch service.MessageBatch) service.
 
 // decide maps d onto msg: it passes (perhaps flagged), fails, or is
 // dropped (nil).
-func (c *common) decide(msg *service.Message, key dedup.Key, d dedup.Decision) *service.Message {
+func (c *common) decide(msg *service.Message, key claims.Key, d dedup.Decision) *service.Message {
 	if d.Join != nil {
 		msg = msg.WithContext(commit.WithParticipant(msg.Context(), *d.Join))
 	}
@@ -125,7 +125,7 @@ func (c *common) decide(msg *service.Message, key dedup.Key, d dedup.Decision) *
 }
 
 // keyOf evaluates the key of message i and hashes its payload.
-func (c *common) keyOf(batch service.MessageBatch, i int) (key dedup.Key, hash [32]byte, err error) {
+func (c *common) keyOf(batch service.MessageBatch, i int) (key claims.Key, hash [32]byte, err error) {
 	id, err := batch.TryInterpolatedString(i, c.s.key)
 	if err != nil {
 		return key, hash, fmt.Errorf("dedup_ledger: evaluating key: %w", err)
@@ -148,7 +148,7 @@ func (c *common) keyOf(batch service.MessageBatch, i int) (key dedup.Key, hash [
 
 // duplicate counts a copy of an applied key and drops it (nil), or with
 // on_duplicate: flag passes it with metadata dedup_duplicate.
-func (c *common) duplicate(msg *service.Message, key dedup.Key) *service.Message {
+func (c *common) duplicate(msg *service.Message, key claims.Key) *service.Message {
 	c.m.duplicates.Incr(1)
 	tracing.SetOutcome(msg.Context(), tracing.DuplicateDrop, nil)
 	if !c.s.flag {
@@ -160,7 +160,7 @@ func (c *common) duplicate(msg *service.Message, key dedup.Key) *service.Message
 }
 
 // conflict flags a copy whose payload differs from the applied one.
-func (c *common) conflict(msg *service.Message, key dedup.Key) *service.Message {
+func (c *common) conflict(msg *service.Message, key claims.Key) *service.Message {
 	c.m.conflicts.Incr(1)
 	note := ""
 	if c.s.sql != nil && len(c.s.sql.apply) > 0 {

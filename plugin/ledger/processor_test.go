@@ -13,6 +13,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
@@ -76,7 +77,7 @@ func (r *relay) lookup(t *testing.T, id string) bool {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	applied, _, _, err := l.Lookup(ledger.Key{ID: id})
+	applied, _, _, err := l.Lookup(claims.Key{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestTwoCopiesInFlightNeverBothPassAndSecondIsNotLost(t *testing.T) {
 	if third.wait(t); len(third.out) != 0 {
 		t.Fatalf("third copy passed: %v", third.out)
 	}
-	if applied, _, _, _ := p.l.Lookup(ledger.Key{ID: "e1"}); !applied {
+	if applied, _, _, _ := p.l.Lookup(claims.Key{ID: "e1"}); !applied {
 		t.Fatal("key not applied after the hook ran with success")
 	}
 }
@@ -283,7 +284,7 @@ func TestWaitTimeoutFailsTheCopyForRetry(t *testing.T) {
 	p := newTestProcessor(t, "path: "+filepath.Join(t.TempDir(), "l.db")+"\nwait_timeout: 50ms")
 	first := process(p, "x", "e1").wait(t)
 	second := process(p, "x", "e1").wait(t)
-	if err := second.msg(t).GetError(); !errors.Is(err, ledger.ErrInFlight) {
+	if err := second.msg(t).GetError(); !errors.Is(err, claims.ErrInFlight) {
 		t.Fatalf("got %v, want the message flagged with ErrInFlight", err)
 	}
 	first.ack(t, nil)
@@ -317,7 +318,7 @@ func TestSameKeyDifferentPayloadIsFlaggedConflict(t *testing.T) {
 		t.Fatal(m.GetError())
 	}
 	f.ack(t, nil)
-	_, hash, _, _ := p.l.Lookup(ledger.Key{ID: "e1"})
+	_, hash, _, _ := p.l.Lookup(claims.Key{ID: "e1"})
 	if hash != sha256.Sum256([]byte("a")) {
 		t.Fatal("the conflicting copy replaced the applied payload hash")
 	}
@@ -386,7 +387,7 @@ func TestRetentionExpiresKeysSoTheyPassAgain(t *testing.T) {
 		t.Fatal("duplicate passed before expiry")
 	}
 	eventually(t, 5*time.Second, "the key to expire", func() bool {
-		applied, _, _, _ := p.l.Lookup(ledger.Key{ID: "e1"})
+		applied, _, _, _ := p.l.Lookup(claims.Key{ID: "e1"})
 		return !applied
 	})
 	f := process(p, "x", "e1").wait(t)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	ledgerpkg "github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
@@ -79,7 +80,7 @@ reliable_mqtt_out:
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, _, _, _ := l.Lookup(ledgerpkg.Key{ID: "batch-42"})
+	applied, _, _, _ := l.Lookup(claims.Key{ID: "batch-42"})
 	_ = l.Close()
 	t.Logf("key batch-42 applied on disk: %v", applied)
 	for _, r := range recs {

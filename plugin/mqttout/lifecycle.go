@@ -17,7 +17,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
@@ -61,7 +60,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	o := &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics()), spans: tracing.NewDeliveries(mgr.OtelTracer(), hopName(mgr))}
 	if s.outboxOn {
 		opts := s.outboxOpts
-		opts.SameTopic = tracing.SameStoredTopic
+		opts.SameProps = tracing.SameProps
 		opts.OnDamaged = func(d outbox.DamagedRecord) { o.log.Errorf("%v", d) }
 		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err
@@ -127,17 +126,8 @@ func (o *output) start() error {
 	o.ignored = sender.NewIgnoredACKs(o.m, o.log)
 	handlers := mqttclient.Handlers{}
 	if o.s.endToEnd {
-		handlers.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error {
-			return conn.Subscribe(ctx, map[string]byte{o.s.ackTopic: 1})
-		}
 		retainedWarn := &benthoslog.Every{Interval: 10 * time.Second}
-		handlers.OnMessage = func(_ mqttclient.Conn, msg mqttclient.Message) {
-			if msg.Retained() && retainedWarn.Allow() {
-				// It comes back at every subscription: an ACK that never ends.
-				o.log.Warnf("A retained message arrived on the ACK topic %q: the broker sends it again at every (re)subscription. ACKs must be published without the retain flag; clear it with an empty retained message (mosquitto_pub -r -n -t '%s')", msg.Topic(), msg.Topic())
-			}
-			o.acks.Receive(msg.Topic(), msg.Payload(), o.s.ackAuthKeys, o.ignored)
-		}
+		handlers = sender.AckHandlers(o.s.ackTopic, o.s.ackAuthKeys, o.acks, o.ignored, o.log, retainedWarn.Allow)
 	}
 	client, err := mqttclient.Start(cfg, handlers, mqttconf.ClientOptions(o.log, false))
 	if err != nil {
@@ -215,7 +205,7 @@ func (o *output) notConnected(errs []error, sent bool) bool {
 		return false
 	}
 	for _, err := range errs {
-		if (sent && err == nil) || IsPermanent(err) {
+		if (sent && err == nil) || codec.IsPermanent(err) {
 			return false
 		}
 	}
@@ -231,8 +221,8 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 			continue
 		}
 		// A participant that finds the event already applied returns
-		// commit.ErrAlreadyApplied, which is outbox.ErrSkip: nothing is appended.
-		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: properties.StoreTopic(rec.Topic, rec.Props), Payload: rec.Payload,
+		// commit.ErrAlreadyApplied: nothing is appended.
+		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: rec.Topic, Props: rec.Props, Payload: rec.Payload,
 			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
 	ob.AppendEach(ctx, entries, errs)

@@ -10,7 +10,3 @@ import "github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 // picks these out. Every other error (a broker away, a disk that fails) is
 // transient: the message is not acknowledged and is delivered again.
 const PermanentPrefix = codec.PermanentPrefix
-
-// IsPermanent reports whether err (or an error it wraps) says that the
-// message it concerns can never be published.
-func IsPermanent(err error) bool { return codec.IsPermanent(err) }

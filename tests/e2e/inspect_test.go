@@ -22,6 +22,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -530,8 +531,8 @@ func TestLedgerStatAndLookupThroughTheBinary(t *testing.T) {
 	payload := []byte(`{"delta":1}`)
 	hash := sha256.Sum256(payload)
 	for i := range 25 {
-		c, v, err := l.Claim(context.Background(), ledger.Key{Namespace: "sensor-1", ID: fmt.Sprintf("ev-%d", i)}, hash, time.Second)
-		if err != nil || v != ledger.Pass {
+		c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "sensor-1", ID: fmt.Sprintf("ev-%d", i)}, hash, time.Second)
+		if err != nil || v != claims.Pass {
 			t.Fatalf("claim %d: verdict %v, %v", i, v, err)
 		}
 		if err := c.Commit(context.Background()); err != nil {

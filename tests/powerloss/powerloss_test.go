@@ -39,6 +39,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	_ "github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger" // the SQLite driver the binary uses
@@ -287,7 +288,7 @@ func readLedger(t *testing.T, path string, keys []string) found {
 			return err
 		}
 		for _, k := range keys {
-			e, err := ledger.LookupIn(tx, path, ledger.Key{ID: k})
+			e, err := ledger.LookupIn(tx, path, claims.Key{ID: k})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,131 @@
+package boltfile
+
+import (
+	"fmt"
+	"hash/crc32"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A Section is the set of buckets one store keeps in a shared file (the
+// outbox's, the dedup ledger's), each entry of its data bucket checksummed.
+//
+// Invariant, enforced by OpenSection: a section's buckets are created
+// together in one transaction, so a file holding some of them but not all
+// is damage, never a section to start afresh; and a section is used only
+// once every entry carries a checksum (KeyChecksums in its meta bucket):
+// a section without the marker is upgraded first, a new one gets it at
+// creation.
+type Section struct {
+	// Name names the store in errors ("outbox", "dedup ledger").
+	Name string
+	// Buckets are created together. The first holds the checksummed
+	// entries; the last is the meta bucket, which holds KeyChecksums.
+	Buckets [][]byte
+	// Init adds, in the creating transaction, what is created with the
+	// buckets (the outbox's client ID); nil: nothing.
+	Init func(meta *bolt.Bucket) error
+	// Complete reports whether what Init writes is there; nil: the
+	// buckets suffice.
+	Complete func(meta *bolt.Bucket) bool
+	// Check runs in the read transaction that found the section complete:
+	// cheap consistency checks that need no walk. nil: none.
+	Check func(tx *bolt.Tx) error
+	// Upgrade rewrites the entries written before checksums and stores
+	// KeyChecksums (UpdateInBatches with a last step); it runs when the
+	// marker is missing.
+	Upgrade func() error
+	// Verify reads every entry; it runs when the file's structure was
+	// verified at open (Verified). nil: nothing more to check.
+	Verify func() error
+}
+
+// KeyChecksums, present in a section's meta bucket, marks that every entry
+// carries a checksum.
+var KeyChecksums = []byte("checksums")
+
+// Checksum is the CRC-32C of key followed by body: an entry's checksum
+// covers its key, so a value that a damaged page shows under another key
+// fails too.
+func Checksum(key, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, body)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func (s Section) meta(tx *bolt.Tx) *bolt.Bucket { return tx.Bucket(s.Buckets[len(s.Buckets)-1]) }
+
+// CreateIn makes the section's buckets in tx, runs Init, and marks a
+// section without entries as checksummed. It reports whether the section
+// is checksummed. Use it as Options.Create, so a new file is born with the
+// section.
+func (s Section) CreateIn(tx *bolt.Tx) (checksummed bool, err error) {
+	for _, name := range s.Buckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return false, err
+		}
+	}
+	meta := s.meta(tx)
+	if s.Init != nil {
+		if err := s.Init(meta); err != nil {
+			return false, err
+		}
+	}
+	if tx.Bucket(s.Buckets[0]).Stats().KeyN == 0 {
+		return true, meta.Put(KeyChecksums, []byte{1})
+	}
+	return meta.Get(KeyChecksums) != nil, nil
+}
+
+// OpenSection readies s in f: it creates the section in a file that has
+// none of it (a section added to another store's file), refuses a file
+// that holds only part of it, upgrades entries written before checksums,
+// and verifies every entry when the file was verified.
+func (f *File) OpenSection(s Section) error {
+	path := f.Path()
+	ready, checksummed, some := false, false, false
+	err := f.View(func(tx *bolt.Tx) error {
+		all := true
+		for _, name := range s.Buckets {
+			if tx.Bucket(name) != nil {
+				some = true
+			} else {
+				all = false
+			}
+		}
+		if !all || (s.Complete != nil && !s.Complete(s.meta(tx))) {
+			return nil
+		}
+		if s.Check != nil {
+			if err := s.Check(tx); err != nil {
+				return err
+			}
+		}
+		ready, checksummed = true, s.meta(tx).Get(KeyChecksums) != nil
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("opening %s file %s: %w", s.Name, path, err)
+	}
+	if !ready && some {
+		return fmt.Errorf("opening %s file %s: %w", s.Name, path, &DamagedError{Path: path, Cause: fmt.Sprintf("it holds only part of the %s (buckets %q are created together): the rest was lost to damage", s.Name, s.Buckets)})
+	}
+	if !ready {
+		err := f.Update(func(tx *bolt.Tx) (err error) {
+			checksummed, err = s.CreateIn(tx)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("creating the %s buckets in %s: %w", s.Name, path, err)
+		}
+	}
+	if !checksummed {
+		if err := s.Upgrade(); err != nil {
+			return err
+		}
+	}
+	if f.Verified() && s.Verify != nil {
+		return s.Verify()
+	}
+	return nil
+}
