@@ -80,46 +80,37 @@ func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mq
 	return Inject(ctx, props)
 }
 
-// Stored marks eventID durable in the outbox (the write returned), or
-// closes its span when the write failed.
-func (d *Deliveries) Stored(eventID string, err error) {
+// update runs f on eventID's open span, under the lock; nothing when
+// tracing is off or the span is closed (or was never opened here).
+func (d *Deliveries) update(eventID string, f func(*delivery)) {
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	dl, ok := d.open[eventID]
-	if !ok {
-		return
+	if dl, ok := d.open[eventID]; ok {
+		f(dl)
 	}
-	if err != nil {
-		delete(d.open, eventID)
-		end(dl.span, outcomeOf(err), err)
-		return
-	}
-	dl.span.AddEvent("stored in the outbox")
+}
+
+// Stored marks eventID durable in the outbox (its write returned).
+func (d *Deliveries) Stored(eventID string) {
+	d.update(eventID, func(dl *delivery) { dl.span.AddEvent("stored in the outbox") })
 }
 
 // OnEventPublished records a publish of eventID: the first one sets the
 // outbox wait (from the write to the first publish), a later one marks
 // the record retried.
 func (d *Deliveries) OnEventPublished(eventID string) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	dl, ok := d.open[eventID]
-	if !ok {
-		return
-	}
-	dl.attempts++
-	if dl.attempts == 1 {
+	d.update(eventID, func(dl *delivery) {
+		dl.attempts++
+		if dl.attempts > 1 {
+			dl.span.AddEvent("published again (" + Retried + ")")
+			return
+		}
 		dl.span.SetAttributes(AttrOutboxWait.Int64(d.now().Sub(dl.written).Milliseconds()))
 		dl.span.AddEvent("published")
-		return
-	}
-	dl.span.AddEvent("published again (" + Retried + ")")
+	})
 }
 
 // OnEventConfirmed closes eventID's span: its PUBACK or end-to-end ACK
@@ -156,13 +147,8 @@ func (d *Deliveries) Done(eventID string, err error) {
 // error that made the message one): confirmed, its outcome is
 // dead-lettered.
 func (d *Deliveries) DeadLetter(eventID, reason string) {
-	if d == nil || reason == "" {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if dl, ok := d.open[eventID]; ok {
-		dl.dead = reason
+	if reason != "" {
+		d.update(eventID, func(dl *delivery) { dl.dead = reason })
 	}
 }
 

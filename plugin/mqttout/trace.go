@@ -53,7 +53,7 @@ func (o *output) traceWritten(recs []codec.Message, errs []error, direct bool) {
 		if direct || errs[i] != nil {
 			o.spans.Done(rec.EventID, errs[i])
 		} else {
-			o.spans.Stored(rec.EventID, nil)
+			o.spans.Stored(rec.EventID)
 		}
 	}
 }
