@@ -152,6 +152,17 @@ func (d *Deliveries) DeadLetter(eventID, reason string) {
 	}
 }
 
+// Refused records, as a span of its own below the message's span in ctx,
+// a message the output refused before it became a record (err says why:
+// too large, an invalid topic or event ID).
+func (d *Deliveries) Refused(ctx context.Context, err error) {
+	if d == nil {
+		return
+	}
+	_, span := d.tracer.Start(ctx, "refuse", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(AttrHop.String(d.hop)))
+	end(span, outcomeOf(err), err)
+}
+
 // Close ends every open span (the records stay in the outbox and are sent
 // after the next start, without a span of this process).
 func (d *Deliveries) Close() {

@@ -172,9 +172,8 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 			errs[i] = fmt.Errorf("refusing a message flagged with an error (route it with a switch on errored() or reject_errored): %w", err)
 			continue
 		}
-		if recs[i], errs[i] = o.buildRecord(msg); errs[i] == nil {
-			o.traceStart(msg, &recs[i])
-		}
+		recs[i], errs[i] = o.buildRecord(msg)
+		o.traceStart(msg, &recs[i], errs[i])
 	}
 	if d != nil {
 		if o.notConnected(errs, false) {

@@ -29,9 +29,14 @@ func (o *output) senderMetrics() sender.Metrics {
 }
 
 // traceStart opens rec's span as a child of msg's and, on MQTT 5, stores
-// its trace context with the record as user properties.
-func (o *output) traceStart(msg *service.Message, rec *codec.Message) {
+// its trace context with the record as user properties; a message that
+// could not become a record (err) gets a closed span that says why.
+func (o *output) traceStart(msg *service.Message, rec *codec.Message, err error) {
 	if o.spans == nil {
+		return
+	}
+	if err != nil {
+		o.spans.Refused(msg.Context(), err)
 		return
 	}
 	rec.Props = o.spans.Start(msg.Context(), rec.EventID, rec.Topic, rec.Props, o.s.client.ProtocolVersion == mqttclient.V5)
