@@ -197,16 +197,9 @@ const (
 // docs/operations.md for what a check costs per size).
 const AutoVerifyMaxBytes = 256 << 20
 
-// ParseVerify reads a verify_on_start value.
-func ParseVerify(s string) (Verify, error) {
-	switch v := Verify(s); v {
-	case VerifyAuto, VerifyAlways, VerifyNever:
-		return v, nil
-	case "":
-		return VerifyAuto, nil
-	}
-	return "", fmt.Errorf("verify_on_start must be one of auto, always, never; got %q", s)
-}
+// VerifyValues are the values of a verify_on_start field, for the
+// plugins' enum check.
+var VerifyValues = []string{string(VerifyAuto), string(VerifyAlways), string(VerifyNever)}
 
 func (v Verify) wants(size int64) bool {
 	switch v {

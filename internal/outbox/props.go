@@ -1,11 +1,11 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
@@ -113,7 +113,7 @@ func decodeProps(b []byte) (*mqttmsg.Properties, error) {
 // (envelope.CheckPublishTopic), so a topic without one is a record without
 // properties. Such records are still read (splitLegacyTopic); none is
 // written any more.
-const legacySep = "\x00"
+const legacySep = 0
 
 // legacyProps is the JSON form of properties in a version-2 topic, and the
 // form `reliable-mqtt outbox` shows properties in (PropertiesJSON).
@@ -128,20 +128,20 @@ type legacyProps struct {
 // splitLegacyTopic splits a version-2 topic field into the publish topic
 // and its properties (nil for a topic without a NUL).
 func splitLegacyTopic(stored []byte) (topic []byte, p *mqttmsg.Properties, err error) {
-	topicStr, raw, ok := strings.Cut(string(stored), legacySep)
-	if !ok {
-		return stored, nil, nil
+	i := bytes.IndexByte(stored, legacySep)
+	if i < 0 {
+		return stored, nil, nil // no copy: Read's hot path
 	}
 	var lp legacyProps
-	if err := json.Unmarshal([]byte(raw), &lp); err != nil {
-		return nil, nil, fmt.Errorf("unreadable MQTT 5 properties after the topic %q: %v", topicStr, err)
+	if err := json.Unmarshal(stored[i+1:], &lp); err != nil {
+		return nil, nil, fmt.Errorf("unreadable MQTT 5 properties after the topic %q: %v", stored[:i], err)
 	}
 	p = &mqttmsg.Properties{ContentType: lp.ContentType, ResponseTopic: lp.ResponseTopic,
 		CorrelationData: lp.Correlation, MessageExpiry: time.Duration(lp.ExpirySeconds) * time.Second}
 	for _, u := range lp.User {
 		p.User = append(p.User, mqttmsg.UserProperty{Key: u[0], Value: u[1]})
 	}
-	return []byte(topicStr), p, nil
+	return stored[:i], p, nil
 }
 
 // PropertiesJSON shows p as JSON (user properties as [name, value] pairs in

@@ -15,6 +15,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 const (
@@ -235,12 +236,9 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, err
 		}
 	}
-	dup, err := conf.FieldString(fieldOnDuplicate)
+	dup, err := mqttconf.FieldEnum(conf, fieldOnDuplicate, duplicateDrop, duplicateFlag)
 	if err != nil {
 		return s, err
-	}
-	if dup != duplicateDrop && dup != duplicateFlag {
-		return s, fmt.Errorf("on_duplicate must be %q or %q, got %q", duplicateDrop, duplicateFlag, dup)
 	}
 	s.flag = dup == duplicateFlag
 	if s.retention, err = conf.FieldDuration(fieldRetention); err != nil {
@@ -249,12 +247,9 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.retention < 0 {
 		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
 	}
-	mode, err := conf.FieldString(fieldCommit)
+	mode, err := mqttconf.FieldEnum(conf, fieldCommit, commitAuto, commitImmediate)
 	if err != nil {
 		return s, err
-	}
-	if mode != commitAuto && mode != commitImmediate {
-		return s, fmt.Errorf("commit must be %q or %q, got %q", commitAuto, commitImmediate, mode)
 	}
 	s.immediate = mode == commitImmediate
 	if s.waitTimeout, err = conf.FieldDuration(fieldWaitTimeout); err != nil {
@@ -263,13 +258,11 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.waitTimeout <= 0 {
 		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
 	}
-	verify, err := conf.FieldString(fieldVerify)
+	verify, err := mqttconf.FieldEnum(conf, fieldVerify, boltfile.VerifyValues...)
 	if err != nil {
 		return s, err
 	}
-	if s.verify, err = boltfile.ParseVerify(verify); err != nil {
-		return s, err
-	}
+	s.verify = boltfile.Verify(verify)
 	if s.rollback, err = conf.FieldBool(fieldRollback); err != nil {
 		return s, err
 	}

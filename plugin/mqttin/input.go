@@ -463,31 +463,29 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 	if client == nil {
 		return nil, nil, service.ErrNotConnected
 	}
-	for {
-		conn := client.Current()
-		if conn == nil {
-			return nil, nil, service.ErrNotConnected
-		}
-		readCtx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(i.linkContext(conn), cancel)
-		d, err := i.in.Read(readCtx)
-		stop()
-		cancel()
-		if errors.Is(err, inbox.ErrClosed) {
-			return nil, nil, service.ErrEndOfInput
-		}
-		if err != nil && ctx.Err() == nil && !conn.Alive() {
-			return nil, nil, service.ErrNotConnected
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if d.Decoded.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
-			i.warnRetained(d.Msg.Topic(), d.Decoded.EventID)
-		}
-		msg, ack := i.attempt(d)
-		return msg, ack, nil
+	conn := client.Current()
+	if conn == nil {
+		return nil, nil, service.ErrNotConnected
 	}
+	readCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(i.linkContext(conn), cancel)
+	d, err := i.in.Read(readCtx)
+	stop()
+	cancel()
+	if errors.Is(err, inbox.ErrClosed) {
+		return nil, nil, service.ErrEndOfInput
+	}
+	if err != nil && ctx.Err() == nil && !conn.Alive() {
+		return nil, nil, service.ErrNotConnected
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.Decoded.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
+		i.warnRetained(d.Msg.Topic(), d.Decoded.EventID)
+	}
+	msg, ack := i.attempt(d)
+	return msg, ack, nil
 }
 
 // warnRetained warns that an envelope arrived retained: the broker sends

@@ -11,6 +11,7 @@ package mqttout
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -344,47 +345,33 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.outboxOn && s.outboxPath == "" {
 		return s, errors.New("outbox.path is required while outbox.enabled is true (or set outbox.enabled: false for direct mode)")
 	}
-	if s.outboxOpts.MaxPending, err = conf.FieldInt(fieldOutbox, fieldOutboxMaxCount); err != nil {
+	if s.outboxOpts.MaxPending, err = mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxCount); err != nil {
 		return s, err
 	}
-	maxBytes, err := conf.FieldInt(fieldOutbox, fieldOutboxMaxBytes)
+	maxBytes, err := mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxBytes)
 	if err != nil {
 		return s, err
 	}
 	s.outboxOpts.MaxPendingBytes = int64(maxBytes)
-	verify, err := conf.FieldString(fieldOutbox, fieldOutboxVerify)
+	verify, err := mqttconf.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
 	if err != nil {
-		return s, err
-	}
-	if s.outboxOpts.Verify, err = boltfile.ParseVerify(verify); err != nil {
 		return s, fmt.Errorf("outbox.%w", err)
 	}
-	if s.outboxOpts.MaxPending < 0 || maxBytes < 0 {
-		return s, errors.New("outbox.max_pending and outbox.max_pending_bytes must not be negative")
-	}
-	if s.window, err = conf.FieldInt(fieldWindow); err != nil {
+	s.outboxOpts.Verify = boltfile.Verify(verify)
+	if s.window, err = mqttconf.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
 		return s, err
 	}
-	if s.window < 1 {
-		return s, fmt.Errorf("window must be at least 1, got %d", s.window)
-	}
-	if s.ackTimeout, err = conf.FieldDuration(fieldAckTimeout); err != nil {
+	if s.ackTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldAckTimeout); err != nil {
 		return s, err
 	}
-	if s.publishTimeout, err = conf.FieldDuration(fieldPublishTimeout); err != nil {
+	if s.publishTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldPublishTimeout); err != nil {
 		return s, err
-	}
-	if s.ackTimeout <= 0 || s.publishTimeout <= 0 {
-		return s, errors.New("ack_timeout and publish_timeout must be positive")
 	}
 	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
-	if s.maxPayloadBytes, err = conf.FieldInt(fieldMaxPayloadBytes); err != nil {
+	if s.maxPayloadBytes, err = mqttconf.FieldIntIn(conf, 1, maxMQTTPayload, fieldMaxPayloadBytes); err != nil {
 		return s, err
-	}
-	if s.maxPayloadBytes < 1 || s.maxPayloadBytes > maxMQTTPayload {
-		return s, fmt.Errorf("max_payload_bytes must be between 1 and %d", maxMQTTPayload)
 	}
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err

@@ -12,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/promexport"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
 const (
@@ -101,16 +102,12 @@ func newExporter(conf *service.ParsedConfig, log *service.Logger) (service.Metri
 	if c.PushGrouping, err = conf.FieldStringMap(fieldPushGrouping); err != nil {
 		return nil, err
 	}
-	naming, err := conf.FieldString(fieldNaming)
+	naming, err := mqttconf.FieldEnum(conf, fieldNaming, namingBenthos, namingPrometheus)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("prometheus: %w", err)
 	}
-	switch naming {
-	case namingBenthos:
-	case namingPrometheus:
+	if naming == namingPrometheus {
 		c.PrometheusNames, c.Help = true, metricHelp
-	default:
-		return nil, fmt.Errorf("prometheus: naming must be %s or %s, got %q", namingBenthos, namingPrometheus, naming)
 	}
 	x, err := promexport.New(c, log)
 	if err != nil {

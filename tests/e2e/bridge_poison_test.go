@@ -54,7 +54,7 @@ func startPoisonRig(t *testing.T, custody bool) *poisonRig {
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("bridge log tail:\n%s", tailLines(r.bridge.Log(), 60))
+			t.Logf("bridge log tail:\n%s", harness.TailLines(r.bridge.Log(), 60))
 		}
 	})
 	// The bridge's session is new: publish only once it has subscribed.

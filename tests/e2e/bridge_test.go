@@ -54,9 +54,9 @@ func startBridgeRig(t *testing.T, n int, custody bool) *bridgeRig {
 	r.publisher = harness.RunPipeline(t, shippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("bridge log tail:\n%s", tailLines(r.bridge.Log(), 40))
-			t.Logf("publisher log tail:\n%s", tailLines(r.publisher.Log(), 20))
-			t.Logf("consumer log tail:\n%s", tailLines(r.consumer.Log(), 20))
+			t.Logf("bridge log tail:\n%s", harness.TailLines(r.bridge.Log(), 40))
+			t.Logf("publisher log tail:\n%s", harness.TailLines(r.publisher.Log(), 20))
+			t.Logf("consumer log tail:\n%s", harness.TailLines(r.consumer.Log(), 20))
 		}
 	})
 	return r
@@ -70,8 +70,8 @@ func (r *bridgeRig) finish(t *testing.T, n int) {
 	db := filepath.Join(r.dataDir, "consumer.db")
 	applied := func() int {
 		total := 0
-		for _, run := range qsTable(t, db) {
-			total += run.count
+		for _, run := range harness.Applied(t, db) {
+			total += run.Count
 		}
 		return total
 	}
@@ -79,17 +79,17 @@ func (r *bridgeRig) finish(t *testing.T, n int) {
 	for applied() < n && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 	}
-	runs := qsTable(t, db)
+	runs := harness.Applied(t, db)
 	if len(runs) != 1 {
 		t.Fatalf("the consumer applied readings of %d publisher runs, want 1: %v", len(runs), runs)
 	}
 	for id, run := range runs {
-		if run.count != n || run.min != 1 || run.max != n {
-			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d; want exactly 1..%d", id, run.count, run.min, run.max, n)
+		if run.Count != n || run.Min != 1 || run.Max != n {
+			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d; want exactly 1..%d", id, run.Count, run.Min, run.Max, n)
 		}
 	}
 	harness.Eventually(t, 60*time.Second, "the publisher's outbox to drain", func() bool {
-		return strings.Contains(lastStatsLine(r.publisher.RunLog()), "; 0 pending (0 bytes)")
+		return strings.Contains(harness.LastStatsLine(r.publisher.RunLog()), "; 0 pending (0 bytes)")
 	})
 	if err := r.publisher.Stop(15 * time.Second); err != nil {
 		t.Fatalf("publisher stop: %v", err)
@@ -102,22 +102,6 @@ func (r *bridgeRig) finish(t *testing.T, n int) {
 	if st := ob.Stats(); st.Pending != 0 {
 		t.Fatalf("publisher outbox holds %d records after every event was delivered", st.Pending)
 	}
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// lastStatsLine is the newest "Outbox ...: ... pending" line of a log.
-func lastStatsLine(log string) string {
-	lines := strings.Split(log, "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], " pending (") {
-			return lines[i]
-		}
-	}
-	return ""
 }
 
 func TestBridgeDeliversEveryEventAndThePublisherOutboxDrains(t *testing.T) {

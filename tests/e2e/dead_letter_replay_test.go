@@ -81,7 +81,7 @@ func TestDeadLetterCarriesItsIdentityAndIsReplayedAfterTheFix(t *testing.T) {
 	harness.Publish(t, source.URL(), "reliable/ingress", [][]byte{ingress(t, "big-10mb", "sensors/big", payload)})
 
 	if !watcher.WaitCount(1, 90*time.Second) {
-		t.Fatalf("no dead letter within 90s; bridge log:\n%s", tailLines(bridge.Log(), 30))
+		t.Fatalf("no dead letter within 90s; bridge log:\n%s", harness.TailLines(bridge.Log(), 30))
 	}
 	dl := parseDeadLetter(t, watcher.Messages()[0].Payload)
 	if dl.EventID != "big-10mb" || dl.Topic != "sensors/big" || dl.DeadLetter.SourceTopic != "reliable/ingress" ||

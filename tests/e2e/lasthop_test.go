@@ -104,8 +104,8 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 	db := filepath.Join(dataDir, "consumer.db")
 	count := func() int {
 		total := 0
-		for _, r := range qsTable(t, db) {
-			total += r.count
+		for _, r := range harness.Applied(t, db) {
+			total += r.Count
 		}
 		return total
 	}
@@ -118,20 +118,20 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 		if c != last {
 			last, since = c, time.Now()
 		}
-		drained := strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
+		drained := strings.Contains(harness.LastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
 		if c == n && drained || drained && time.Since(since) >= 5*time.Second {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if !strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)") {
-		t.Fatalf("the publisher's outbox did not drain in time; last stats: %q; the consumer applied %d", lastStatsLine(p.RunLog()), count())
+	if !strings.Contains(harness.LastStatsLine(p.RunLog()), "; 0 pending (0 bytes)") {
+		t.Fatalf("the publisher's outbox did not drain in time; last stats: %q; the consumer applied %d", harness.LastStatsLine(p.RunLog()), count())
 	}
-	runs := qsTable(t, db)
+	runs := harness.Applied(t, db)
 	for id, r := range runs {
-		applied += r.count
-		if endToEnd && (len(runs) != 1 || r.count != n || r.min != 1 || r.max != n) {
-			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d (%d runs); want exactly 1..%d", id, r.count, r.min, r.max, len(runs), n)
+		applied += r.Count
+		if endToEnd && (len(runs) != 1 || r.Count != n || r.Min != 1 || r.Max != n) {
+			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d (%d runs); want exactly 1..%d", id, r.Count, r.Min, r.Max, len(runs), n)
 		}
 	}
 	if endToEnd && applied != n {

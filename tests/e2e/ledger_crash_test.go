@@ -62,7 +62,7 @@ func seedRun(t *testing.T, withLedger bool) (enqueued uint64, published int, key
 	// stats line logged after the receipt that shows 0 pending says so.
 	seen := len(p2.RunLog())
 	harness.Eventually(t, 20*time.Second, "the sentinel's record to leave the outbox", func() bool {
-		return strings.Contains(lastStatsLine(p2.RunLog()[seen:]), "; 0 pending (")
+		return strings.Contains(harness.LastStatsLine(p2.RunLog()[seen:]), "; 0 pending (")
 	})
 	if err := p2.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)

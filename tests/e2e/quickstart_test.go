@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -61,7 +59,7 @@ func startQuickstart(t *testing.T, dir string, env ...string) *quickstart {
 			t.Errorf("the quickstart did not stop within 15 s of SIGTERM")
 		}
 		if t.Failed() {
-			t.Logf("quickstart log (pid %d):\n%s", q.cmd.Process.Pid, tailLines(q.logs.String(), 80))
+			t.Logf("quickstart log (pid %d):\n%s", q.cmd.Process.Pid, harness.TailLines(q.logs.String(), 80))
 		}
 	})
 	return q
@@ -187,53 +185,20 @@ func TestQuickstartShowsRecoveryAfterKill9(t *testing.T) {
 	}
 	// The table the report reads: per run the sequence is 1..applied with
 	// no gap, and the report's figure is the table's.
-	applied := qsTable(t, filepath.Join(dir, "reliable-mqtt-data", "consumer.db"))
+	applied := harness.Applied(t, filepath.Join(dir, "reliable-mqtt-data", "consumer.db"))
 	for run, r := range reports {
 		st := applied[run]
-		if st.count != st.max || st.min != 1 {
-			t.Errorf("run %s in applied_events: %d rows, seq %d..%d: not 1..N without gaps", run, st.count, st.min, st.max)
+		if st.Count != st.Max || st.Min != 1 {
+			t.Errorf("run %s in applied_events: %d rows, seq %d..%d: not 1..N without gaps", run, st.Count, st.Min, st.Max)
 		}
-		if r[2] != strconv.Itoa(st.count) {
-			t.Errorf("run %s: the report says %s applied, the table holds %d", run, r[2], st.count)
+		if r[2] != strconv.Itoa(st.Count) {
+			t.Errorf("run %s: the report says %s applied, the table holds %d", run, r[2], st.Count)
 		}
 		t.Logf("%s", strings.TrimSuffix(r[0], `"`))
 	}
 	if _, ok := reports[run1]; !ok {
 		t.Errorf("no report line for the killed run %s", run1)
 	}
-}
-
-type qsRun struct{ count, min, max int }
-
-// qsTable reads, per run ID, how many readings the shipped consumer applied
-// and their lowest and highest sequence numbers.
-func qsTable(t *testing.T, dsn string) map[string]qsRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := sqlledger.Open(ctx, sqlledger.Config{Driver: sqlledger.SQLite, DSN: dsn, Table: "ledger"})
-	if err != nil {
-		t.Fatalf("open the consumer's database: %v", err)
-	}
-	defer st.Close()
-	out := map[string]qsRun{}
-	rows, err := st.DB().QueryContext(ctx, "SELECT run_id, COUNT(*), MIN(seq), MAX(seq) FROM applied_events GROUP BY run_id")
-	if err != nil && strings.Contains(err.Error(), "no such table") {
-		return out // the consumer has not created it yet
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var run string
-		var r qsRun
-		if err := rows.Scan(&run, &r.count, &r.min, &r.max); err != nil {
-			t.Fatal(err)
-		}
-		out[run] = r
-	}
-	return out
 }
 
 // realPath resolves symlinks (a temp dir may sit behind one); on error it

@@ -46,8 +46,8 @@ func TestV5PropertiesChainCarriesBinaryPayloadsByteForByte(t *testing.T) {
 					"data_topic: v5/data", "ack_topic: v5/acks", "window: 16"), harness.ProcOptions{})
 				t.Cleanup(func() {
 					if t.Failed() {
-						t.Logf("bridge log:\n%s", tailLines(bridge.Log(), 40))
-						t.Logf("publisher log:\n%s", tailLines(pub.Log(), 40))
+						t.Logf("bridge log:\n%s", harness.TailLines(bridge.Log(), 40))
+						t.Logf("publisher log:\n%s", harness.TailLines(pub.Log(), 40))
 					}
 				})
 
@@ -81,7 +81,7 @@ func TestV5PropertiesChainCarriesBinaryPayloadsByteForByte(t *testing.T) {
 					return true
 				})
 				harness.Eventually(t, 60*time.Second, "the publisher's outbox to drain", func() bool {
-					return strings.Contains(lastStatsLine(pub.RunLog()), "; 0 pending (0 bytes)")
+					return strings.Contains(harness.LastStatsLine(pub.RunLog()), "; 0 pending (0 bytes)")
 				})
 				if err := pub.Stop(15 * time.Second); err != nil {
 					t.Fatal(err)
@@ -191,12 +191,12 @@ func TestV5RequireSubscribersKeepsTheRecordUntilSomeoneSubscribes(t *testing.T) 
 				if n := reasonCodes(); n < 2 {
 					t.Fatalf("reliable_mqtt_out_puback_reason_codes{code=\"0x10\"} = %v, want every refusal counted", n)
 				}
-				if outboxOn && !strings.Contains(lastStatsLine(p.RunLog()), "; 1 pending") {
-					t.Fatalf("after 5 s without a subscriber the last stats line is %q, want 1 pending", lastStatsLine(p.RunLog()))
+				if outboxOn && !strings.Contains(harness.LastStatsLine(p.RunLog()), "; 1 pending") {
+					t.Fatalf("after 5 s without a subscriber the last stats line is %q, want 1 pending", harness.LastStatsLine(p.RunLog()))
 				}
 			} else {
 				harness.Eventually(t, 30*time.Second, "the record confirmed by the 0x10 PUBACK", func() bool {
-					return strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
+					return strings.Contains(harness.LastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
 				})
 			}
 			sub := harness.Subscribe(t, m.URL(), "late-subscriber", true, "v5/lonely")
@@ -218,7 +218,7 @@ func TestV5RequireSubscribersKeepsTheRecordUntilSomeoneSubscribes(t *testing.T) 
 			}
 			if outboxOn {
 				harness.Eventually(t, 30*time.Second, "the outbox to drain", func() bool {
-					return strings.Contains(lastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
+					return strings.Contains(harness.LastStatsLine(p.RunLog()), "; 0 pending (0 bytes)")
 				})
 			}
 		})
@@ -341,7 +341,7 @@ output:
 	// Both sessions exist once both consumers print their connect line.
 	for _, p := range procs {
 		if !p.WaitForLog("MQTT connected", 60*time.Second) {
-			t.Fatalf("%s did not connect:\n%s", p, tailLines(p.Log(), 20))
+			t.Fatalf("%s did not connect:\n%s", p, harness.TailLines(p.Log(), 20))
 		}
 	}
 	var payloads [][]byte
@@ -496,8 +496,8 @@ func TestV5RefusedPublishKeepsTheRecordAndCountsTheReasonCode(t *testing.T) {
 	if n := strings.Count(p.RunLog(), "PUBACK reason code 0x87"); n < 2 || n > 20 {
 		t.Fatalf("%d refusals logged in about 5 s, want a few resends (2 to 20) along the retry backoff", n)
 	}
-	if !strings.Contains(lastStatsLine(p.RunLog()), "; 1 pending") {
-		t.Fatalf("the last stats line is %q, want the refused record still pending", lastStatsLine(p.RunLog()))
+	if !strings.Contains(harness.LastStatsLine(p.RunLog()), "; 1 pending") {
+		t.Fatalf("the last stats line is %q, want the refused record still pending", harness.LastStatsLine(p.RunLog()))
 	}
 	fams, err := harness.ScrapeMetrics("http://" + addr + "/metrics")
 	if err != nil {

@@ -43,24 +43,13 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	_ "github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger" // the SQLite driver the binary uses
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // SeedEnv replays a run: POWERLOSS_SEED=<the seed it logged>.
 const SeedEnv = "POWERLOSS_SEED"
 
-func testRand(t *testing.T, stream uint64) *rand.Rand {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(SeedEnv); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", SeedEnv, s, err)
-		}
-		seed = v
-	}
-	t.Logf("random seed %d (replay with %s=%d)", seed, SeedEnv, seed)
-	return rand.New(rand.NewPCG(seed, stream))
-}
+func testRand(t *testing.T, stream uint64) *rand.Rand { return harness.Rand(t, SeedEnv, stream) }
 
 func cuts(t *testing.T, def int) int {
 	if s := os.Getenv("POWERLOSS_CUTS"); s != "" {

@@ -4,7 +4,6 @@
 package wan
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -35,62 +33,10 @@ func shippedConfig(t *testing.T, name string) string {
 	return string(b)
 }
 
-// run is what the consumer applied for one publisher run.
-type run struct{ count, min, max, duplicates int }
-
-// applied reads the consumer's table: per publisher run, the readings
-// applied (applied_events has one row per (run, seq): a reading applied
-// twice would fail its INSERT) and the duplicates the ledger dropped.
-func applied(t *testing.T, db string) map[string]run {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := sqlledger.Open(ctx, sqlledger.Config{Driver: sqlledger.SQLite, DSN: db, Table: "ledger"})
-	if err != nil {
-		t.Fatalf("open the consumer's database: %v", err)
-	}
-	defer st.Close()
-	out := map[string]run{}
-	rows, err := st.DB().QueryContext(ctx, "SELECT run_id, COUNT(*), MIN(seq), MAX(seq) FROM applied_events GROUP BY run_id")
-	if err != nil && strings.Contains(err.Error(), "no such table") {
-		return out // the consumer has not created it yet
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var r run
-		if err := rows.Scan(&id, &r.count, &r.min, &r.max); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = r
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	dups, err := st.DB().QueryContext(ctx, "SELECT run_id, duplicates FROM runs")
-	if err == nil {
-		defer dups.Close()
-		for dups.Next() {
-			var id string
-			var n int
-			if err := dups.Scan(&id, &n); err != nil {
-				t.Fatal(err)
-			}
-			r := out[id]
-			r.duplicates = n
-			out[id] = r
-		}
-	}
-	return out
-}
-
-func total(runs map[string]run) int {
+func total(runs map[string]harness.AppliedRun) int {
 	n := 0
 	for _, r := range runs {
-		n += r.count
+		n += r.Count
 	}
 	return n
 }
@@ -126,16 +72,16 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	publisher := harness.RunPipeline(t, shippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("publisher log tail:\n%s", tailLines(publisher.Log(), 30))
-			t.Logf("bridge log tail:\n%s", tailLines(bridge.Log(), 30))
-			t.Logf("consumer log tail:\n%s", tailLines(consumer.Log(), 10))
+			t.Logf("publisher log tail:\n%s", harness.TailLines(publisher.Log(), 30))
+			t.Logf("bridge log tail:\n%s", harness.TailLines(bridge.Log(), 30))
+			t.Logf("consumer log tail:\n%s", harness.TailLines(consumer.Log(), 10))
 		}
 	})
 	db := filepath.Join(dataDir, "consumer.db")
 
 	// Faults: resets every 3 s, alternating links, from 3 s on; both links
 	// blackholed from the first applied reading + 5 s, for 20 s.
-	harness.Eventually(t, 60*time.Second, "the first reading to be applied", func() bool { return total(applied(t, db)) > 0 })
+	harness.Eventually(t, 60*time.Second, "the first reading to be applied", func() bool { return total(harness.Applied(t, db)) > 0 })
 	chaosDone := make(chan struct{})
 	resets := 0
 	go func() {
@@ -165,19 +111,19 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	}()
 
 	deadline := time.Now().Add(4 * time.Minute)
-	for total(applied(t, db)) < n && time.Now().Before(deadline) {
+	for total(harness.Applied(t, db)) < n && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}
 	<-chaosDone
-	runs := applied(t, db)
+	runs := harness.Applied(t, db)
 	if len(runs) != 1 {
 		t.Fatalf("the consumer applied readings of %d publisher runs, want 1: %v", len(runs), runs)
 	}
 	for id, r := range runs {
-		if r.count != n || r.min != 1 || r.max != n {
-			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d; want exactly 1..%d", id, r.count, r.min, r.max, n)
+		if r.Count != n || r.Min != 1 || r.Max != n {
+			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d; want exactly 1..%d", id, r.Count, r.Min, r.Max, n)
 		}
-		t.Logf("run %s: %d readings applied once each, %d duplicates dropped by the ledger, %d resets and a 20 s blackhole", id, r.count, r.duplicates, resets)
+		t.Logf("run %s: %d readings applied once each, %d duplicates dropped by the ledger, %d resets and a 20 s blackhole", id, r.Count, r.Duplicates, resets)
 	}
 	if resets < 5 {
 		t.Fatalf("only %d resets were made", resets)
@@ -189,7 +135,7 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		}
 	}
 	harness.Eventually(t, 60*time.Second, "the publisher's outbox to drain", func() bool {
-		return strings.Contains(lastStatsLine(publisher.RunLog()), "; 0 pending (0 bytes)")
+		return strings.Contains(harness.LastStatsLine(publisher.RunLog()), "; 0 pending (0 bytes)")
 	})
 }
 
@@ -198,22 +144,6 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 // direct output's wait for an ACK cut short), a write refused while the
 // link is down.
 var faultSeen = regexp.MustCompile(`resending from the oldest|onnection lost|connection to \S+ lost; reconnecting|mqtt: not connected`)
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// lastStatsLine is the newest "Outbox ...: ... pending" line of a log.
-func lastStatsLine(log string) string {
-	lines := strings.Split(log, "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], " pending (") {
-			return lines[i]
-		}
-	}
-	return ""
-}
 
 // backlogPublisher: %[1]d readings as fast as the outbox takes them (in
 // batches of 100, one group commit each) into reliable_mqtt_out, end to
@@ -263,12 +193,12 @@ func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
 		harness.ProcOptions{Args: []string{"--log.level", "info"}})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("publisher log tail:\n%s", tailLines(pub.Log(), 30))
+			t.Logf("publisher log tail:\n%s", harness.TailLines(pub.Log(), 30))
 		}
 	})
 	pendingLine := fmt.Sprintf("; %d pending (", n)
 	harness.Eventually(t, 5*time.Minute, fmt.Sprintf("a backlog of %d in the outbox", n), func() bool {
-		return strings.Contains(lastStatsLine(pub.RunLog()), pendingLine)
+		return strings.Contains(harness.LastStatsLine(pub.RunLog()), pendingLine)
 	})
 	if got := len(acker.Seen()); got != 0 {
 		t.Fatalf("the ACKer saw %d envelopes through a blackhole", got)
@@ -282,7 +212,7 @@ func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
 				maxWindow = max(maxWindow, w)
 			}
 		}
-		return strings.Contains(lastStatsLine(pub.RunLog()), "; 0 pending (0 bytes)")
+		return strings.Contains(harness.LastStatsLine(pub.RunLog()), "; 0 pending (0 bytes)")
 	})
 	drain := time.Since(lifted)
 	ids := map[string]bool{}

@@ -36,8 +36,19 @@ func TestSilentBrokerIsNoticedWithin15sWithDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer closeClient(t, c)
-			conn := waitReady(t, c)
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := c.Close(ctx); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			}()
+			ready, cancelReady := context.WithTimeout(context.Background(), 20*time.Second)
+			conn, err := c.WaitReady(ready)
+			cancelReady()
+			if err != nil {
+				t.Fatalf("no ready connection: %v", err)
+			}
 
 			proxy.Stall()
 			stalled := time.Now()
@@ -56,24 +67,5 @@ func TestSilentBrokerIsNoticedWithin15sWithDefaults(t *testing.T) {
 			}
 			t.Logf("connected again after %s", time.Since(back).Round(100*time.Millisecond))
 		})
-	}
-}
-
-func waitReady(t *testing.T, c mqttclient.Transport) mqttclient.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := c.WaitReady(ctx)
-	if err != nil {
-		t.Fatalf("no ready connection: %v", err)
-	}
-	return conn
-}
-
-func closeClient(t *testing.T, c mqttclient.Transport) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Close(ctx); err != nil {
-		t.Errorf("close: %v", err)
 	}
 }

@@ -9,7 +9,6 @@ package mqttconf
 
 import (
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
@@ -186,83 +184,13 @@ func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, 
 	return v, nil
 }
 
-// Field names of the ACK authentication both plugins take.
-const (
-	FieldAckAuthKey  = "ack_auth_key"
-	FieldAckAuthKeys = "ack_auth_keys"
-)
-
-// AckAuthFields declare the shared key (or keys, for rotation) of
-// authenticated end-to-end ACKs; use says what the key does in the
-// component.
-func AckAuthFields(use string) []*service.ConfigField {
-	return []*service.ConfigField{
-		service.NewStringField(FieldAckAuthKey).
-			Description("A secret shared by the `reliable_mqtt_in` that sends end-to-end ACKs and the `reliable_mqtt_out` that waits for them. " + use + " Empty (the default): ACKs are plain reliomq v1 messages. It authenticates the ACK's sender against anyone else who can publish on the ACK topic; TLS and broker ACLs on the ACK topic remain the first line of defence.").
-			Default("").Secret().Advanced(),
-		service.NewStringListField(FieldAckAuthKeys).
-			Description("Instead of `ack_auth_key`, for key rotation: the first key signs, any key verifies. Roll out a new key by putting it second everywhere, then first, then dropping the old one.").
-			Default([]string{}).Secret().Advanced(),
-	}
-}
-
-// ParseAckAuthKeys reads AckAuthFields: nil when ACKs are not
-// authenticated, else the keys with the signing key first.
-func ParseAckAuthKeys(pc *service.ParsedConfig) ([][]byte, error) {
-	one, err := pc.FieldString(FieldAckAuthKey)
-	if err != nil {
-		return nil, err
-	}
-	list, err := pc.FieldStringList(FieldAckAuthKeys)
-	if err != nil {
-		return nil, err
-	}
-	if one != "" && len(list) > 0 {
-		return nil, fmt.Errorf("set %s or %s, not both", FieldAckAuthKey, FieldAckAuthKeys)
-	}
-	if one != "" {
-		list = []string{one}
-	}
-	var keys [][]byte
-	for i, k := range list {
-		if k == "" {
-			return nil, fmt.Errorf("%s[%d] is empty", FieldAckAuthKeys, i)
-		}
-		keys = append(keys, []byte(k))
-	}
-	return keys, nil
-}
-
-// BackoffField declares an object field with `initial_interval` and
-// `max_interval`. description says what the delay is between.
-func BackoffField(name, description, initialDefault, maxDefault string) *service.ConfigField {
-	return service.NewObjectField(name,
-		service.NewDurationField("initial_interval").Description("The first delay.").Default(initialDefault),
-		service.NewDurationField("max_interval").Description("The delay doubles with each consecutive failure up to this bound.").Default(maxDefault),
-	).Description(description).Advanced()
-}
-
-// ParseBackoff reads a field declared with BackoffField and checks it.
-func ParseBackoff(pc *service.ParsedConfig, name string) (backoff.Backoff, error) {
-	var b backoff.Backoff
-	var err error
-	if b.Initial, err = pc.FieldDuration(name, "initial_interval"); err != nil {
-		return b, err
-	}
-	if b.Max, err = pc.FieldDuration(name, "max_interval"); err != nil {
-		return b, err
-	}
-	return b, b.Check(name)
-}
-
 // ClientOptions are the mqttclient.Options of a component that logs
 // through log: the client's lines and those of the embedded brokers it
 // starts follow the component's logger (level and format of the config's
 // logger section).
 func ClientOptions(log *service.Logger, manualAck bool) mqttclient.Options {
-	var broker slog.Handler
-	if log != nil {
-		broker = benthoslog.Handler(log)
+	if log == nil {
+		return mqttclient.Options{ManualAck: manualAck}
 	}
-	return mqttclient.Options{ManualAck: manualAck, Logger: log, BrokerLog: broker}
+	return mqttclient.Options{ManualAck: manualAck, Logger: log, BrokerLog: benthoslog.Handler(log)}
 }
