@@ -21,6 +21,8 @@ var Plugins = map[string]string{
 	"dedup_ledger":      "processor",
 	"prometheus":        "metrics",
 	"sql_query":         "processor",
+
+	"open_telemetry_collector": "tracer",
 }
 
 // Render returns the markdown page of every registered plugin, by file name.
@@ -44,6 +46,7 @@ func Render() (map[string][]byte, error) {
 	env.WalkInputs(add("input"))
 	env.WalkProcessors(add("processor"))
 	env.WalkMetrics(add("metrics"))
+	env.WalkTracers(add("tracer"))
 	return pages, firstErr
 }
 

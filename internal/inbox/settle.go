@@ -42,8 +42,9 @@ type Hooks interface {
 //     retry backoff (Retry), or redelivered by the broker.
 //
 // It is the only way a delivered message is acknowledged. Safe from any
-// goroutine; call it once per attempt.
-func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result error) {
+// goroutine; call it once per attempt. It returns the failure that left
+// d unacknowledged (nil: acknowledged), for the attempt's trace span.
+func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result error) error {
 	if hooks != nil {
 		if err := hooks.Run(ctx, result); err != nil && result == nil {
 			result = fmt.Errorf("delivery hook failed: %w", err)
@@ -56,10 +57,11 @@ func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result er
 		in.m.Rejected.Incr(1)
 		in.log.Debugf("Message on topic %q (packet %d) not acknowledged, it will be delivered again: %v", d.Msg.Topic(), d.Msg.MessageID(), result)
 		in.Retry(d)
-		return
+		return result
 	}
 	failpoint.Hit(failpoint.BeforeSourceAck)
 	d.Complete()
+	return nil
 }
 
 // publishAck publishes the end-to-end ACK of d on the connection d came

@@ -13,6 +13,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // request is one Append (entry != nil), Remove (seqs) or move of damaged
@@ -291,7 +292,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !bytes.Equal(encodeProps(view.props), encodeProps(e.Props))) {
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !o.sameProps(view.props, e.Props)) {
 			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic, payload or properties; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
@@ -393,4 +394,12 @@ func seqFromKey(k []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(k)
+}
+
+// sameProps compares a pending record's properties with a write's.
+func (o *Outbox) sameProps(stored, written *mqttmsg.Properties) bool {
+	if o.opts.SameProps != nil {
+		return o.opts.SameProps(stored, written)
+	}
+	return bytes.Equal(encodeProps(stored), encodeProps(written))
 }

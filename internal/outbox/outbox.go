@@ -85,6 +85,11 @@ type Entry struct {
 
 // Options tune an outbox.
 type Options struct {
+	// SameProps reports whether a write's properties are the pending
+	// record's, for a write of an event ID already pending; nil compares
+	// them exactly. (A tracer's traceparent differs on every write of one
+	// event.)
+	SameProps func(stored, written *mqttmsg.Properties) bool
 	// MaxPending bounds the number of records; 0 = unbounded. Append blocks
 	// while the outbox is full (backpressure, never a drop).
 	MaxPending int

@@ -173,3 +173,29 @@ func TestUnreadablePropertiesAreDamage(t *testing.T) {
 		t.Error("a version-2 topic with unreadable properties was accepted")
 	}
 }
+
+// TestSamePropsDecidesWhetherARewriteIsThePendingRecord: with
+// Options.SameProps a write of a pending event ID is the pending record
+// when SameProps says so (a tracer's traceparent differs on every write),
+// and a conflict when it does not.
+func TestSamePropsDecidesWhetherARewriteIsThePendingRecord(t *testing.T) {
+	ignoreTrace := func(a, b *mqttmsg.Properties) bool {
+		get := func(p *mqttmsg.Properties) string { v, _ := p.Get("site"); return v }
+		return get(a) == get(b)
+	}
+	o := openT(t, filepath.Join(t.TempDir(), "outbox.db"), Options{SameProps: ignoreTrace})
+	props := func(site, parent string) *mqttmsg.Properties {
+		return &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: site}, {Key: "traceparent", Value: parent}}}
+	}
+	first, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("x", "00-1"), Payload: []byte{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("x", "00-2"), Payload: []byte{1}})
+	if err != nil || again.Seq != first.Seq {
+		t.Fatalf("rewrite with another traceparent: seq %d, %v; want the pending seq %d", again.Seq, err, first.Seq)
+	}
+	if _, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("y", "00-1"), Payload: []byte{1}}); !errors.Is(err, ErrEventIDConflict) {
+		t.Fatalf("rewrite with another site: %v, want ErrEventIDConflict", err)
+	}
+}

@@ -56,6 +56,20 @@ type Metrics interface {
 	OnReasonCode(code byte)
 }
 
+// EventObserver, when the Metrics implement it too, hears of each record by
+// event ID (a tracer closes the record's span at its confirmation).
+type EventObserver interface {
+	OnEventPublished(eventID string)
+	OnEventConfirmed(eventID string)
+}
+
+// observe reports to m when it is an EventObserver.
+func observe(m Metrics, f func(EventObserver)) {
+	if o, ok := m.(EventObserver); ok {
+		f(o)
+	}
+}
+
 // Sender publishes the outbox oldest first and removes what is confirmed.
 //
 // Invariants, enforced here:
@@ -158,11 +172,13 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		sd.ignored.confirmed(f.rec.EventID)
 		sd.removal.add(f.rec.Seq)
 		sd.m.OnConfirmed(time.Since(f.sentAt))
+		observe(sd.m, func(o EventObserver) { o.OnEventConfirmed(f.rec.EventID) })
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
 		tok := conn.PublishAsync(recordPublication(r, sd.s))
 		sd.m.OnPublished()
+		observe(sd.m, func(o EventObserver) { o.OnEventPublished(r.EventID) })
 		return tok
 	}
 	onCorrupt := func(err *outbox.CorruptRecordError) {

@@ -16,6 +16,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 )
 
 // processor is one pipeline thread's dedup_ledger on a bbolt file. Benthos
@@ -149,6 +150,7 @@ func (c *common) keyOf(batch service.MessageBatch, i int) (key claims.Key, hash 
 // on_duplicate: flag passes it with metadata dedup_duplicate.
 func (c *common) duplicate(msg *service.Message, key claims.Key) *service.Message {
 	c.m.duplicates.Incr(1)
+	tracing.SetOutcome(msg.Context(), tracing.DuplicateDrop, nil)
 	if !c.s.flag {
 		c.log.Debugf("Dropping duplicate of dedup key %s", key)
 		return nil

@@ -54,6 +54,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
@@ -338,7 +339,9 @@ type input struct {
 	s   settings
 	log *service.Logger
 	m   *metrics
-	in  *inbox.Inbox // routing, replay hold, retries and the broker acks
+	// spans are the delivery attempts' trace spans; nil with the tracer off.
+	spans *tracing.Receives
+	in    *inbox.Inbox // routing, replay hold, retries and the broker acks
 
 	resumed *inbox.ResumeLog
 
@@ -374,7 +377,11 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		Envelope:          s.envelope,
 		FlagMalformed:     s.flagMalformed,
 	}
-	i := &input{s: s, log: mgr.Logger(), m: m, retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}
+	hop := mgr.Label()
+	if hop == "" {
+		hop = "reliable_mqtt_in"
+	}
+	i := &input{s: s, log: mgr.Logger(), m: m, spans: tracing.NewReceives(mgr.OtelTracer(), hop), retainedWarn: benthoslog.Every{Interval: 10 * time.Second}}
 	if s.ackTopic != "" {
 		cfg.Ack = inbox.EndToEnd{Topic: s.ackTopic, AuthKey: s.ackAuthKey, Timeout: s.ackPublishTimeout, Ready: i.ready}
 	}
@@ -517,6 +524,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 		msg.SetError(dec.Err)
 	}
 	ctx, hooks := commit.WithHooks(context.Background())
+	ctx = i.spans.Start(ctx, d.Msg.Properties(), dec.EventID, d.Msg.Topic())
 	msg = msg.WithContext(ctx)
 
 	var once sync.Once
@@ -525,7 +533,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 			if i.beginAck() {
 				defer i.acking.Done()
 			}
-			i.in.Settle(ctx, d, hooks, result)
+			i.spans.End(msg.Context(), i.in.Settle(ctx, d, hooks, result))
 		})
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
@@ -33,6 +34,8 @@ type output struct {
 	s   settings
 	log *service.Logger
 	m   *metrics
+	// spans are the records' trace spans; nil with the tracer off.
+	spans *tracing.Deliveries
 
 	mu      sync.Mutex
 	ob      *outbox.Outbox // nil in direct mode
@@ -54,9 +57,10 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if err != nil {
 		return nil, err
 	}
-	o := &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics())}
+	o := &output{s: s, log: mgr.Logger(), m: newMetrics(mgr.Metrics()), spans: tracing.NewDeliveries(mgr.OtelTracer(), hopName(mgr))}
 	if s.outboxOn {
 		opts := s.outboxOpts
+		opts.SameProps = tracing.SameProps
 		opts.OnDamaged = func(d outbox.DamagedRecord) { o.log.Errorf("%v", d) }
 		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err
@@ -134,7 +138,7 @@ func (o *output) start() error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	o.stop = cancel
 	if o.ob != nil {
-		o.sender = sender.New(o.s.senderConfig(), o.ob, client, o.acks, o.ignored, o.m, o.log)
+		o.sender = sender.New(o.s.senderConfig(), o.ob, client, o.acks, o.ignored, o.senderMetrics(), o.log)
 		go o.sender.Run(runCtx)
 		go o.m.watchOutbox(runCtx, o.ob, o.log, o.s.statsInterval)
 	} else {
@@ -169,17 +173,20 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 			continue
 		}
 		recs[i], errs[i] = o.buildRecord(msg)
+		o.traceStart(msg, &recs[i], errs[i])
 	}
 	if d != nil {
 		if o.notConnected(errs, false) {
 			return service.ErrNotConnected
 		}
 		d.SendAll(ctx, recs, errs)
+		o.traceWritten(recs, errs, true)
 		if o.notConnected(errs, true) {
 			return service.ErrNotConnected
 		}
 	} else {
 		o.appendAll(ctx, ob, batch, recs, errs)
+		o.traceWritten(recs, errs, false)
 	}
 	return batchError(batch, errs)
 }
@@ -281,6 +288,15 @@ func (o *output) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	o.spans.Close()
 	o.ob, o.client, o.sender, o.direct, o.stop = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
+}
+
+// hopName names this output in its spans: its label, or its type.
+func hopName(mgr *service.Resources) string {
+	if l := mgr.Label(); l != "" {
+		return l
+	}
+	return "reliable_mqtt_out"
 }

@@ -202,12 +202,24 @@ var streamSeq atomic.Int64
 // each. The stream is stopped at cleanup.
 func startStream(b *testing.B, url string, fields ...string) *stream {
 	b.Helper()
+	return startTracedStream(b, url, "", fields...)
+}
+
+// startTracedStream is startStream with a tracer section (YAML; "" for
+// none, Benthos's default).
+func startTracedStream(b *testing.B, url, tracer string, fields ...string) *stream {
+	b.Helper()
 	id := fmt.Sprintf("s%d", streamSeq.Add(1))
 	c := newCapture(id)
 	sb := service.NewStreamBuilder()
 	sb.SetLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	if err := sb.SetMetricsYAML(fmt.Sprintf("bench_capture: { id: %q }", id)); err != nil {
 		b.Fatal(err)
+	}
+	if tracer != "" {
+		if err := sb.SetTracerYAML(tracer); err != nil {
+			b.Fatal(err)
+		}
 	}
 	send, err := sb.AddProducerFunc()
 	if err != nil {
