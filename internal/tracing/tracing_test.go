@@ -22,7 +22,7 @@ func recorder() (*tracetest.SpanRecorder, *sdktrace.TracerProvider) {
 func attr(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
