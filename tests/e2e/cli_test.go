@@ -231,16 +231,18 @@ func TestHelpExamplesWork(t *testing.T) {
 
 // A config without an http section (the quickstart's stream files, run
 // alone) serves HTTP on loopback, not on every interface as Benthos does.
-// The line is logged before the listen, so a port held by someone else does
-// not change what this checks.
+// The line is logged before the listen, so a port held by someone else
+// (the process then stops, see below) does not change what this checks.
 func TestHTTPServerDefaultsToLoopback(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "one.yaml")
 	conf := "input:\n  generate:\n    count: 1\n    interval: \"\"\n    mapping: root = \"x\"\noutput:\n  drop: {}\n"
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out := runCLI(t, "-c", path)
-	if !strings.Contains(out, "Listening for HTTP requests at: http://127.0.0.1:4195") {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, harness.Binary(t), "-c", path).CombinedOutput()
+	if !strings.Contains(string(out), "Listening for HTTP requests at: http://127.0.0.1:4195") {
 		t.Fatalf("a config without http did not listen on 127.0.0.1:4195:\n%s", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,9 @@ func (p *Proc) current() (*child, int64) {
 // procStopTimeout bounds the graceful stop in Restart and at cleanup.
 const procStopTimeout = 10 * time.Second
 
+// topLevelHTTP finds a config's own http section.
+var topLevelHTTP = regexp.MustCompile(`(?m)^http:`)
+
 // RunPipeline writes yaml to a config file and starts
 // `reliable-mqtt -c <file> <o.Args...>` with stdout and stderr going to a
 // log file. The process is SIGKILLed at cleanup; if the test failed, the
@@ -73,10 +77,17 @@ func RunPipeline(t testing.TB, yaml string, o ProcOptions) *Proc {
 			t.Fatalf("harness: create working dir: %v", err)
 		}
 	}
+	args := []string{"-c", conf}
+	if !topLevelHTTP.MatchString(yaml) {
+		// Without an http section the binary listens on 127.0.0.1:4195 and
+		// stops when that is taken (by another test's process): a free
+		// port each. An -s http.address in o.Args still wins (it comes later).
+		args = append(args, "-s", "http.address=127.0.0.1:0")
+	}
 	p := &Proc{
 		t:       t,
 		exe:     exe,
-		args:    append([]string{"-c", conf}, o.Args...),
+		args:    append(args, o.Args...),
 		env:     append(os.Environ(), o.Env...),
 		dir:     dir,
 		logPath: filepath.Join(tmp, "pipeline.log"),
