@@ -63,12 +63,11 @@ type EventObserver interface {
 	OnEventConfirmed(eventID string)
 }
 
-// observe reports to m when it is an EventObserver.
-func observe(m Metrics, f func(EventObserver)) {
-	if o, ok := m.(EventObserver); ok {
-		f(o)
-	}
-}
+// noEvents is the EventObserver of Metrics that are not one.
+type noEvents struct{}
+
+func (noEvents) OnEventPublished(string) {}
+func (noEvents) OnEventConfirmed(string) {}
 
 // Sender publishes the outbox oldest first and removes what is confirmed.
 //
@@ -87,6 +86,7 @@ type Sender struct {
 	client  mqttclient.Transport
 	acks    *AckQueue
 	m       Metrics
+	events  EventObserver // m, when it is one; else noEvents
 	log     Logger
 	ignored *IgnoredACKs
 	removal *remover
@@ -95,8 +95,12 @@ type Sender struct {
 
 // New returns a sender of ob over client; Run starts it.
 func New(s Config, ob *outbox.Outbox, client mqttclient.Transport, acks *AckQueue, ignored *IgnoredACKs, m Metrics, log Logger) *Sender {
+	events, ok := m.(EventObserver)
+	if !ok {
+		events = noEvents{}
+	}
 	return &Sender{
-		s: s, ob: ob, client: client, acks: acks, ignored: ignored, m: m, log: log,
+		s: s, ob: ob, client: client, acks: acks, ignored: ignored, m: m, events: events, log: log,
 		removal: newRemover(ob, log),
 		done:    make(chan struct{}),
 	}
@@ -172,13 +176,13 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		sd.ignored.confirmed(f.rec.EventID)
 		sd.removal.add(f.rec.Seq)
 		sd.m.OnConfirmed(time.Since(f.sentAt))
-		observe(sd.m, func(o EventObserver) { o.OnEventConfirmed(f.rec.EventID) })
+		sd.events.OnEventConfirmed(f.rec.EventID)
 		progress = true
 	}
 	publish := func(r outbox.Record) Token {
 		tok := conn.PublishAsync(recordPublication(r, sd.s))
 		sd.m.OnPublished()
-		observe(sd.m, func(o EventObserver) { o.OnEventPublished(r.EventID) })
+		sd.events.OnEventPublished(r.EventID)
 		return tok
 	}
 	onCorrupt := func(err *outbox.CorruptRecordError) {
