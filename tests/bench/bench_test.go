@@ -139,7 +139,7 @@ func measureLive(b *testing.B, m *harness.Mosquitto, s *stream, what string) (ms
 	cpu := newCPUMeter(m)
 	b.ResetTimer()
 	start := time.Now()
-	produce(b, s.send, b.N)
+	produce(b, s, b.N)
 	written := time.Since(start)
 	if !s.capture.waitConfirmed(int64(b.N), waitAll) {
 		b.Fatalf("only %d of %d %s within %s", s.capture.confirmed.Load(), b.N, what, waitAll)
@@ -166,7 +166,7 @@ func BenchmarkBacklogRecovery(b *testing.B) {
 	proxy := harness.NewProxy(b, m.Addr())
 	proxy.Cut()
 	s := startStream(b, proxy.URL(), "topic: bench/backlog")
-	produce(b, s.send, b.N)
+	produce(b, s, b.N)
 	if n := s.capture.confirmed.Load(); n != 0 {
 		b.Fatalf("%d records confirmed while the broker was unreachable", n)
 	}
@@ -193,6 +193,7 @@ func BenchmarkBacklogRecovery(b *testing.B) {
 type stream struct {
 	send    service.MessageHandlerFunc
 	capture *capture
+	sources int // goroutines that write into it (produce)
 }
 
 var streamSeq atomic.Int64
@@ -247,7 +248,7 @@ func startTracedStream(b *testing.B, url, tracer string, fields ...string) *stre
 		defer cancel()
 		_ = st.Stop(ctx)
 	})
-	return &stream{send: send, capture: c}
+	return &stream{send: send, capture: c, sources: producers()}
 }
 
 // producers is how many writes a stream has in flight (its output's
@@ -260,18 +261,18 @@ func producers() int {
 	return 64
 }
 
-// produce writes n messages with producers() concurrent producers and
-// returns once every Write has returned.
-func produce(b *testing.B, send service.MessageHandlerFunc, n int) {
+// produce writes n messages to s from s.sources concurrent writers and
+// returns once every write has returned.
+func produce(b *testing.B, s *stream, n int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < producers(); w++ {
+	for w := 0; w < s.sources; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(n) {
 				ctx, cancel := context.WithTimeout(context.Background(), waitAll)
-				err := send(ctx, service.NewMessage(payload100))
+				err := s.send(ctx, service.NewMessage(payload100))
 				cancel()
 				if err != nil {
 					b.Error(err)

@@ -64,7 +64,8 @@ func wanLink(b *testing.B, m *harness.Mosquitto, rtt time.Duration) *harness.Lin
 // `e2e/5/rm20` is end to end on MQTT 5 against a mosquitto with its
 // default max_inflight_messages 20 (the Receive Maximum it announces), and
 // `broker/3.1.1/max_inflight=20` a 3.1.1 publisher against that mosquitto
-// (which does not hold 3.1.1 publishers to it).
+// (which does not hold 3.1.1 publishers to it). Each case runs in the
+// forms of WAN_BATCHING ("unbatched,batching" by default; see wanForms).
 func BenchmarkWAN(b *testing.B) {
 	for _, rtt := range wanRTTs(b) {
 		b.Run(fmt.Sprintf("rtt=%s", rtt), func(b *testing.B) {
@@ -72,33 +73,88 @@ func BenchmarkWAN(b *testing.B) {
 				m := broker(b)
 				pahoPublish(b, m, wanLink(b, m, rtt).URL(), wanTopic, 65535)
 			})
-			for _, proto := range []string{"3.1.1", "5"} {
-				b.Run("broker/"+proto, func(b *testing.B) {
-					m := broker(b)
-					s := startStream(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic, "protocol_version: "+proto)
+			for _, form := range wanForms(b) {
+				for _, proto := range []string{"3.1.1", "5"} {
+					b.Run(form.name("broker/"+proto), func(b *testing.B) {
+						m := broker(b)
+						s := form.start(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic, "protocol_version: "+proto)
+						measureLive(b, m, s, "confirmed")
+					})
+					b.Run(form.name("e2e/"+proto), func(b *testing.B) {
+						m := broker(b)
+						wanEndToEnd(b, m, rtt, proto, form)
+					})
+				}
+				b.Run(form.name("broker/3.1.1/max_inflight=20"), func(b *testing.B) {
+					m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
+					s := form.start(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic)
 					measureLive(b, m, s, "confirmed")
 				})
-				b.Run("e2e/"+proto, func(b *testing.B) {
-					m := broker(b)
-					wanEndToEnd(b, m, rtt, proto)
+				b.Run(form.name("e2e/5/rm20"), func(b *testing.B) {
+					m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
+					wanEndToEnd(b, m, rtt, "5", form)
 				})
 			}
-			b.Run("broker/3.1.1/max_inflight=20", func(b *testing.B) {
-				m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
-				s := startStream(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic)
-				measureLive(b, m, s, "confirmed")
-			})
-			b.Run("e2e/5/rm20", func(b *testing.B) {
-				m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
-				wanEndToEnd(b, m, rtt, "5")
-			})
 		})
 	}
 }
 
-func wanEndToEnd(b *testing.B, m *harness.Mosquitto, rtt time.Duration, proto string) {
+// wanForm is how the publishing pipeline is fed.
+//
+//   - unbatched: producers() writers (64), one message per write, the
+//     output's default max_in_flight 64: at most 64 records wait for one
+//     fsync, so the writers, not the link, can set the pace.
+//   - batching: the issue's measurement ("100-byte readings, `batching`
+//     on, everything else default"): the output's own batching policy
+//     (count 64, period 10ms) and a source that does not wait for one
+//     write before it offers the next, as `generate` or an input with many
+//     messages in flight: 64 × 64 writers, so each of the 64 writes in
+//     flight can be a full batch.
+type wanForm struct {
+	batching bool
+}
+
+func (f wanForm) name(c string) string {
+	if f.batching {
+		return c + "/batching"
+	}
+	return c
+}
+
+func (f wanForm) start(b *testing.B, url string, fields ...string) *stream {
+	b.Helper()
+	if !f.batching {
+		return startStream(b, url, fields...)
+	}
+	s := startStream(b, url, append(fields, "batching: { count: 64, period: 10ms }")...)
+	s.sources = 64 * producers()
+	return s
+}
+
+// wanForms are the forms WAN_BATCHING selects: "unbatched", "batching" or
+// both (the default), comma-separated.
+func wanForms(b *testing.B) []wanForm {
+	spec := os.Getenv("WAN_BATCHING")
+	if spec == "" {
+		spec = "unbatched,batching"
+	}
+	var out []wanForm
+	for _, s := range strings.Split(spec, ",") {
+		switch strings.TrimSpace(s) {
+		case "unbatched":
+			out = append(out, wanForm{})
+		case "batching":
+			out = append(out, wanForm{batching: true})
+		default:
+			b.Fatalf("WAN_BATCHING: %q is neither unbatched nor batching", s)
+		}
+	}
+	return out
+}
+
+func wanEndToEnd(b *testing.B, m *harness.Mosquitto, rtt time.Duration, proto string, form wanForm) {
 	startAcker(b, m.URL(), "bench/wan/data", "bench/wan/acks")
-	s := startStream(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic, "protocol_version: "+proto,
+	s := form.start(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic, "protocol_version: "+proto,
 		"confirm: end_to_end", "data_topic: bench/wan/data", "ack_topic: bench/wan/acks")
 	measureLive(b, m, s, "ACKed")
 }
@@ -142,7 +198,7 @@ func BenchmarkWANBacklog(b *testing.B) {
 	l := wanLink(b, m, 100*time.Millisecond)
 	bh := l.Blackhole()
 	s := startStream(b, l.URL(), "topic: "+wanTopic)
-	produce(b, s.send, b.N)
+	produce(b, s, b.N)
 	if n := s.capture.confirmed.Load(); n != 0 {
 		b.Fatalf("%d records confirmed through a blackhole", n)
 	}
