@@ -74,7 +74,7 @@ func BenchmarkWAN(b *testing.B) {
 				pahoPublish(b, m, wanLink(b, m, rtt).URL(), wanTopic, 65535)
 			})
 			for _, form := range wanForms(b) {
-				for _, proto := range []string{"3.1.1", "5"} {
+				for _, proto := range wanProtocols() {
 					b.Run(form.name("broker/"+proto), func(b *testing.B) {
 						m := broker(b)
 						s := form.start(b, wanLink(b, m, rtt).URL(), "topic: "+wanTopic, "protocol_version: "+proto)
@@ -129,6 +129,15 @@ func (f wanForm) start(b *testing.B, url string, fields ...string) *stream {
 	s := startStream(b, url, append(fields, "batching: { count: 64, period: 10ms }")...)
 	s.sources = 64 * producers()
 	return s
+}
+
+// wanProtocols are the MQTT versions of the broker and e2e cases:
+// WAN_PROTOCOLS="3.1.1" selects one (default both).
+func wanProtocols() []string {
+	if spec := os.Getenv("WAN_PROTOCOLS"); spec != "" {
+		return strings.Split(spec, ",")
+	}
+	return []string{"3.1.1", "5"}
 }
 
 // wanForms are the forms WAN_BATCHING selects: "unbatched", "batching" or
