@@ -19,6 +19,8 @@ type simLink struct {
 	rate   func(t time.Duration) float64       // bottleneck, records/s
 	jitter time.Duration                       // uniform in ±jitter
 	app    float64                             // records/s the source supplies; 0: a backlog
+	// appRate, when set, is app at sim time t (0: a backlog then).
+	appRate func(t time.Duration) float64
 	burst  time.Duration                       // confirmations are released together, every burst
 	stall  time.Duration                       // no confirmation before this sim time (a loaded machine's hiccup)
 	// chunk, when set, makes the bottleneck a reader of chunks, as a
@@ -94,6 +96,17 @@ func (r simResult) medianRTT(from, to time.Duration) time.Duration {
 	return xs[len(xs)/2]
 }
 
+// minLimit is the smallest limit in [from, to).
+func (r simResult) minLimit(from, to time.Duration) int {
+	m := int(^uint(0) >> 1)
+	for i, t := range r.confirmedAt {
+		if t >= from && t < to {
+			m = min(m, r.limits[i])
+		}
+	}
+	return m
+}
+
 // maxLimit is the largest limit after sim time from.
 func (r simResult) maxLimit(from time.Duration) int {
 	m := 0
@@ -119,11 +132,27 @@ func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
 		sent        int
 		chunks      = chunker{cost: l.chunk}
 	)
+	appRate := l.appRate
+	if appRate == nil {
+		appRate = func(time.Duration) float64 { return l.app }
+	}
+	// A stretch of a limited source offers records at its rate from the
+	// moment it begins; a backlog offers any number.
+	var (
+		stretch     bool
+		stretchBase int // sent when the stretch began
+		stretchFrom time.Time
+	)
 	available := func() int {
-		if l.app == 0 {
+		r := appRate(now.Sub(start))
+		if r == 0 {
+			stretch = false
 			return int(^uint(0) >> 1)
 		}
-		return int(l.app * now.Sub(start).Seconds())
+		if !stretch {
+			stretch, stretchBase, stretchFrom = true, sent, now
+		}
+		return stretchBase + int(r*now.Sub(stretchFrom).Seconds())
 	}
 	for now.Sub(start) < d {
 		for len(queue) < sz.limit() && sent < available() {
@@ -159,8 +188,8 @@ func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
 		if len(queue) > 0 {
 			next = queue[0].confirmAt
 		}
-		if l.app > 0 && len(queue) < sz.limit() {
-			arrival := start.Add(time.Duration(float64(sent+1)/l.app*float64(time.Second)) + time.Microsecond)
+		if r := appRate(now.Sub(start)); r > 0 && stretch && len(queue) < sz.limit() {
+			arrival := stretchFrom.Add(time.Duration(float64(sent+1-stretchBase)/r*float64(time.Second)) + time.Microsecond)
 			if next.IsZero() || arrival.Before(next) {
 				now = later(now, arrival)
 				continue
@@ -359,5 +388,30 @@ func TestChunkerChargesOneChunkPerRead(t *testing.T) {
 	}
 	if want := t0.Add(1050*time.Microsecond + time.Millisecond + 500*time.Microsecond); last != want {
 		t.Fatalf("the tenth queued record left at %s, want %s (one chunk for all ten)", last.Sub(t0), want.Sub(t0))
+	}
+}
+
+// A backlog fills a 100 ms link of 10,000 records/s; then for 10 s the
+// source supplies only 5,000/s (every sample app-limited, below the
+// estimate); then a backlog again. The quiet stretch is no news about the
+// link: the window must not fall to the floor during it (that would hold
+// the source below its own rate and make the backlog after it ramp up
+// again from 64).
+func TestSizerKeepsItsEstimateThroughAnAppLimitedStretch(t *testing.T) {
+	link := simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(10000), appRate: func(el time.Duration) float64 {
+		if el >= 10*time.Second && el < 20*time.Second {
+			return 5000
+		}
+		return 0
+	}}
+	res := simulate(t, link, DefaultWindow, 30*time.Second)
+	if got := res.throughput(11*time.Second, 20*time.Second); got < 4750 {
+		t.Errorf("throughput %.0f/s while the source supplied 5,000/s, want at least 95%% of it", got)
+	}
+	if m := res.minLimit(11*time.Second, 20*time.Second); m < 1000 {
+		t.Errorf("window fell to %d while the source was slow, want it to stay at least the source's 2 × BDP (1,000)", m)
+	}
+	if got := res.throughput(20*time.Second+500*time.Millisecond, 30*time.Second); got < 9000 {
+		t.Errorf("throughput %.0f/s after the backlog came back, want at least 90%% of the link's 10,000/s", got)
 	}
 }
