@@ -39,6 +39,18 @@ import (
 //     looks like a long, fast link: minimum RTT and rate both high. The
 //     window grows from the second round on, once a record has met the
 //     link alone; on a real long link that costs one round trip.
+//   - A deeper queue. On some paths the rate itself rises with the queue
+//     (a broker or proxy that reads all it has queued at once pays its
+//     per-read cost once for more records), so twice the bandwidth-delay
+//     product leaves throughput unused that a client flooding the path
+//     would get. Once the window has reached its target, the sizer tries a
+//     gain gainStep times higher for gainTrialRounds round trips and keeps
+//     it only if the confirmed rate of the last of them is gainRise above
+//     the rate of the round before the trial; otherwise it returns to the
+//     gain it had and waits gainRestRounds before the next trial. On a
+//     link of fixed bandwidth the rate does not rise, so the queue stays
+//     at about one round trip; the queue grows only while it buys
+//     throughput, up to maxGain bandwidth-delay products.
 //   - Records the application did not supply are not the link's limit: a
 //     sample taken while the window ran dry (app-limited, as BBR names it)
 //     can raise the estimate but never lower it.
@@ -73,6 +85,17 @@ type sizer struct {
 	minRTTAt time.Time
 	srtt     time.Duration // smoothed RTT (1/8 per sample, as TCP's)
 
+	// Gain trials (see "A deeper queue").
+	gain       float64 // cwndGain, or higher while a deeper queue raised the rate
+	gainTrial  bool
+	gainFrom   float64   // the gain before the trial
+	gainBase   float64   // confirmed rate of the round before the trial, records/s
+	gainRound  int64     // the round the trial began, or the first one the next may begin in
+	roundRate  float64   // confirmed rate of the last round, records/s
+	flatRounds int       // rounds in a row whose rate rose less than gainRise
+	roundAt    time.Time // when the current round began
+	roundFrom  int64     // delivered when the current round began
+
 	probing      bool
 	probeStart   time.Time
 	probeMin     time.Duration
@@ -84,6 +107,13 @@ const (
 	// fixed window of earlier versions, measured best on loopback.
 	initialWindow = 64
 	cwndGain      = 2
+	// Gain trials: a step up, how long it is tried, the rise in rate that
+	// keeps it, the rest after a failed one and the most gain.
+	gainStep        = 1.2
+	gainTrialRounds = 3
+	gainRise        = 1.1
+	gainRestRounds  = 10
+	maxGain         = 6
 	// queueLimit: the window grows only while the smoothed RTT is below
 	// this many minimum RTTs, i.e. while the records it adds do not just
 	// wait in a queue (TCP Vegas's test).
@@ -113,7 +143,7 @@ type sendMark struct {
 
 func newSizer(max int, now time.Time) *sizer {
 	floor := min(initialWindow, max)
-	return &sizer{max: max, floor: floor, cwnd: floor, deliveredAt: now, firstSentAt: now, minRTTAt: now}
+	return &sizer{max: max, floor: floor, cwnd: floor, deliveredAt: now, firstSentAt: now, minRTTAt: now, gain: cwndGain, roundAt: now}
 }
 
 // limit is how many records may be unconfirmed now.
@@ -133,9 +163,9 @@ func (s *sizer) bandwidth() float64 {
 	return m
 }
 
-// target is cwndGain × the bandwidth-delay product, within the bounds.
+// target is gain × the bandwidth-delay product, within the bounds.
 func (s *sizer) target() int {
-	t := cwndGain * s.bandwidth() * s.minRTT.Seconds()
+	t := s.gain * s.bandwidth() * s.minRTT.Seconds()
 	if t >= float64(s.max) {
 		return s.max
 	}
@@ -172,6 +202,19 @@ func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
 		s.round++
 		s.nextRound = s.delivered
 		s.bw[s.round%bwRounds] = 0
+		if d := now.Sub(s.roundAt); d > 0 {
+			rate := float64(s.delivered-s.roundFrom) / d.Seconds()
+			// Flat: within gainRise of the round before, either way, and
+			// not a probe of the minimum RTT (which empties the window).
+			if !s.probing && rate < gainRise*s.roundRate && rate*gainRise > s.roundRate {
+				s.flatRounds++
+			} else {
+				s.flatRounds = 0
+			}
+			s.roundRate = rate
+		}
+		s.roundAt, s.roundFrom = now, s.delivered
+		s.tryGain()
 	}
 	interval := max(sentAt.Sub(mark.firstSentAt), now.Sub(mark.deliveredAt))
 	s.firstSentAt = sentAt
@@ -192,8 +235,32 @@ func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
 	switch {
 	case s.cwnd > t:
 		s.cwnd = t
-	case s.cwnd < t && s.round > 1 && s.srtt < queueLimit*s.minRTT:
+	case s.cwnd < t && s.round > 1 && float64(s.srtt) < s.gain*float64(s.minRTT):
 		s.cwnd++
+	}
+}
+
+// tryGain, at the start of a round, ends a gain trial (kept if the last
+// round's rate rose by gainRise, else undone) or begins one when the window
+// has reached its target above the floor with records to spare and the
+// rate has stopped rising for two rounds (the window has filled the pipe at
+// this gain: a trial begun while it still fills would credit the gain with
+// what the window was about to reach anyway).
+func (s *sizer) tryGain() {
+	switch {
+	case s.gainTrial:
+		if s.round-s.gainRound < gainTrialRounds {
+			return
+		}
+		s.gainTrial = false
+		if s.roundRate < gainRise*s.gainBase {
+			s.gain = s.gainFrom
+			s.gainRound = s.round + gainRestRounds
+		}
+	case s.round >= s.gainRound && s.round > 2 && !s.probing && s.gain < maxGain &&
+		s.cwnd > s.floor && s.cwnd >= s.target() && s.appLimitedUntil == 0 && s.flatRounds >= 2:
+		s.gainTrial, s.gainFrom, s.gainBase, s.gainRound = true, s.gain, s.roundRate, s.round
+		s.gain = min(s.gain*gainStep, maxGain)
 	}
 }
 
