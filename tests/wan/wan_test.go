@@ -1,6 +1,6 @@
 // Package wan runs the shipped chain through real processes over links
 // that behave like a WAN: Toxiproxy (tests/harness.Link) adds latency with
-// jitter, blackholes and resets between a process and its broker.
+// jitter, blackholes, resets and slicing between a process and its broker.
 package wan
 
 import (
@@ -45,9 +45,12 @@ func total(runs map[string]harness.AppliedRun) int {
 // publisher → WAN → source broker → bridge → WAN → destination broker →
 // consumer, every hop confirmed end to end, default flow control — over two
 // links of 100 ms ± 30 ms round trip, with both links blackholed for 20 s
-// and a connection reset on one of them every 3 s. Every reading is applied
-// exactly once and the publisher's outbox drains. WAN_CHAOS_COUNT sets the
-// number of readings (default 12,000, at 2 ms each).
+// and a connection reset on one of them every 3 s; when the blackhole
+// lifts, the bridge's stream to the destination broker comes back sliced
+// into pieces of 28 bytes or fewer (Toxiproxy's slicer: MQTT packets split
+// across reads) until 500 more readings were applied. Every reading is
+// applied exactly once and the publisher's outbox drains. WAN_CHAOS_COUNT
+// sets the number of readings (default 12,000, at 2 ms each).
 func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	n := envInt("WAN_CHAOS_COUNT", 12000)
 	// max_inflight_messages 1000: the bridge's input gets that many
@@ -80,9 +83,11 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	db := filepath.Join(dataDir, "consumer.db")
 
 	// Faults: resets every 3 s, alternating links, from 3 s on; both links
-	// blackholed from the first applied reading + 5 s, for 20 s.
+	// blackholed from the first applied reading + 5 s, for 20 s; then the
+	// cloud link sliced (the test's goroutine removes the slicer).
 	harness.Eventually(t, 60*time.Second, "the first reading to be applied", func() bool { return total(harness.Applied(t, db)) > 0 })
 	chaosDone := make(chan struct{})
+	sliced := make(chan harness.Toxic, 1)
 	resets := 0
 	go func() {
 		defer close(chaosDone)
@@ -96,6 +101,9 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 					blackholed = true
 					bh := append(edgeLink.Blackhole(), cloudLink.Blackhole()...)
 					time.Sleep(20 * time.Second)
+					// Sliced before the lift: the backlog held back by
+					// the blackhole crosses in small pieces.
+					sliced <- cloudLink.Slicer(16, 12, 50*time.Microsecond)
 					edgeLink.RemoveAll(bh)
 					cloudLink.RemoveAll(bh)
 				}
@@ -110,11 +118,38 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		}
 	}()
 
+	// The slicer stays until slicedFor more readings were applied (or all
+	// were): readings held back by the blackhole must cross while it is on,
+	// however fast this machine is.
+	const slicedFor = 500
+	var slicer harness.Toxic
+	slicedFrom, slicedCrossed := -1, -1
 	deadline := time.Now().Add(4 * time.Minute)
-	for total(harness.Applied(t, db)) < n && time.Now().Before(deadline) {
+	for {
+		select {
+		case x := <-sliced: // counted from here: a reading counted as sliced crossed after the slicer went on
+			slicer, slicedFrom = x, total(harness.Applied(t, db))
+		default:
+		}
+		got := total(harness.Applied(t, db))
+		if slicer != "" && got >= min(slicedFrom+slicedFor, n) {
+			cloudLink.Remove(slicer)
+			slicer, slicedCrossed = "", got-slicedFrom
+		}
+		if got >= n || time.Now().After(deadline) {
+			break
+		}
 		time.Sleep(time.Second)
 	}
 	<-chaosDone
+	select {
+	case x := <-sliced: // every reading was applied before the blackhole lifted
+		slicer, slicedFrom = x, n
+	default:
+	}
+	if slicer != "" {
+		cloudLink.Remove(slicer)
+	}
 	runs := harness.Applied(t, db)
 	if len(runs) != 1 {
 		t.Fatalf("the consumer applied readings of %d publisher runs, want 1: %v", len(runs), runs)
@@ -127,6 +162,16 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	}
 	if resets < 5 {
 		t.Fatalf("only %d resets were made", resets)
+	}
+	switch {
+	case slicedFrom < 0:
+		t.Fatal("the cloud link was never sliced")
+	case slicedFrom < n && slicedCrossed <= 0:
+		t.Fatalf("no reading crossed the cloud link while it was sliced (%d applied when the slicer went on)", slicedFrom)
+	case slicedFrom < n:
+		t.Logf("%d readings crossed the cloud link while it was sliced", slicedCrossed)
+	default:
+		t.Logf("every reading was applied before the slicer went on (WAN_CHAOS_COUNT=%d is too small to slice any)", n)
 	}
 	// The faults reached the processes: each resent after a failure.
 	for name, p := range map[string]*harness.Proc{"publisher": publisher, "bridge": bridge} {
