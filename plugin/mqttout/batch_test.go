@@ -13,6 +13,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -140,7 +141,7 @@ func startBatchPipeline(t *testing.T, outputYAML string) (send func(context.Cont
 // file.
 func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "batching", "{ count: 4, period: 20ms }", "max_in_flight", "4"))
+	p := streamtest.Start(t, outputConf(unreachable, path, "batching", "{ count: 4, period: 20ms }", "max_in_flight", "4"))
 	const n = 10
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -148,7 +149,7 @@ func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.write(30*time.Second, fmt.Sprint(i), "n", "x", "id", fmt.Sprintf("ev-%d", i))
+			errs[i] = p.Write(30*time.Second, fmt.Sprint(i), "n", "x", "id", fmt.Sprintf("ev-%d", i))
 		}()
 	}
 	wg.Wait()
@@ -157,7 +158,7 @@ func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	p.stop()
+	p.Stop()
 	if got := storedIDs(t, path); len(got) != n {
 		t.Fatalf("stored %d records (%v), want %d", len(got), got, n)
 	}
