@@ -35,7 +35,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,16 +54,7 @@ const SeedEnv = "POWERLOSS_SEED"
 
 func testRand(t *testing.T, stream uint64) *rand.Rand { return harness.Rand(t, SeedEnv, stream) }
 
-func cuts(t *testing.T, def int) int {
-	if s := os.Getenv("POWERLOSS_CUTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("POWERLOSS_CUTS=%q: want a positive integer", s)
-		}
-		return n
-	}
-	return def
-}
+func cuts(t *testing.T, def int) int { return harness.EnvCount(t, "POWERLOSS_CUTS", def) }
 
 // The scenario: three processes at once, one per durable path, each on its
 // own file on the guest's disk. A line "X <cycle>-<n>" is printed only

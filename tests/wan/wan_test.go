@@ -5,33 +5,14 @@ package wan
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
-
-// envInt reads a positive integer from the environment, or def.
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func shippedConfig(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(t), "config", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 func total(runs map[string]harness.AppliedRun) int {
 	n := 0
@@ -52,7 +33,7 @@ func total(runs map[string]harness.AppliedRun) int {
 // applied exactly once and the publisher's outbox drains. WAN_CHAOS_COUNT
 // sets the number of readings (default 12,000, at 2 ms each).
 func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
-	n := envInt("WAN_CHAOS_COUNT", 12000)
+	n := harness.EnvCount(t, "WAN_CHAOS_COUNT", 12000)
 	// max_inflight_messages 1000: the bridge's input gets that many
 	// unacknowledged messages, and a bridge in direct mode holds each
 	// until the destination's ACK crossed the second link (docs/operations.md).
@@ -70,9 +51,9 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		"PUBLISH_INTERVAL=2ms", fmt.Sprintf("PUBLISH_COUNT=%d", n), "STATS_INTERVAL=1s",
 	}
 	args := []string{"--log.level", "info", "-s", "http.enabled=false"}
-	consumer := harness.RunPipeline(t, shippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
-	bridge := harness.RunPipeline(t, shippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
-	publisher := harness.RunPipeline(t, shippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
+	consumer := harness.RunPipeline(t, harness.ShippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
+	bridge := harness.RunPipeline(t, harness.ShippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
+	publisher := harness.RunPipeline(t, harness.ShippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("publisher log tail:\n%s", harness.TailLines(publisher.Log(), 30))
@@ -227,7 +208,7 @@ output:
 // and none lost. WAN_BACKLOG sets its size (default 20,000; the issue's
 // figure, 200,000, takes about a minute more here).
 func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
-	n := envInt("WAN_BACKLOG", 20000)
+	n := harness.EnvCount(t, "WAN_BACKLOG", 20000)
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	acker := harness.StartAcker(t, m.URL(), "wan/ingress", "wan/acks", nil)
 	link := harness.NewLink(t, m.Addr())
