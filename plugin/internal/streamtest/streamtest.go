@@ -24,8 +24,12 @@ const stopWithin = 15 * time.Second
 // Stream is a running stream: producer → processors → output.
 type Stream struct {
 	// Send hands one message to the stream and returns the pipeline's
-	// verdict (nil once the output acknowledged it).
+	// verdict (nil once the output acknowledged it). Nil on a stream from
+	// StartBatches.
 	Send service.MessageHandlerFunc
+	// SendBatch hands a whole batch to a stream from StartBatches and
+	// returns its verdict (a service.BatchError names the failed messages).
+	SendBatch service.MessageBatchHandlerFunc
 	// Logs holds everything the stream logged, debug level included.
 	Logs *harness.LogBuffer
 
@@ -42,7 +46,15 @@ type Stream struct {
 func Start(t testing.TB, output string, processors ...string) *Stream {
 	t.Helper()
 	logs := &harness.LogBuffer{}
-	return start(t, logs, slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}), output, processors)
+	return start(t, logs, debugTo(logs), false, output, processors)
+}
+
+// StartBatches is Start with a producer of whole batches: the stream is
+// fed through SendBatch.
+func StartBatches(t testing.TB, output string, processors ...string) *Stream {
+	t.Helper()
+	logs := &harness.LogBuffer{}
+	return start(t, logs, debugTo(logs), true, output, processors)
 }
 
 // StartQuiet is Start with the logs discarded (Logs stays empty): for
@@ -50,14 +62,25 @@ func Start(t testing.TB, output string, processors ...string) *Stream {
 // pipeline's own work.
 func StartQuiet(t testing.TB, output string, processors ...string) *Stream {
 	t.Helper()
-	return start(t, &harness.LogBuffer{}, slog.NewTextHandler(io.Discard, nil), output, processors)
+	return start(t, &harness.LogBuffer{}, slog.NewTextHandler(io.Discard, nil), false, output, processors)
 }
 
-func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, output string, processors []string) *Stream {
+// debugTo writes every log line, debug level included, to logs.
+func debugTo(logs *harness.LogBuffer) slog.Handler {
+	return slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})
+}
+
+func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, batches bool, output string, processors []string) *Stream {
 	t.Helper()
 	sb := service.NewStreamBuilder()
 	sb.SetLogger(slog.New(h))
-	send, err := sb.AddProducerFunc()
+	s := &Stream{Logs: logs, t: t, ended: make(chan struct{})}
+	var err error
+	if batches {
+		s.SendBatch, err = sb.AddBatchProducerFunc()
+	} else {
+		s.Send, err = sb.AddProducerFunc()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +96,7 @@ func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, output string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Stream{Send: send, Logs: logs, t: t, stream: st, ended: make(chan struct{})}
+	s.stream = st
 	go func() {
 		s.runErr = st.Run(context.Background())
 		close(s.ended)
