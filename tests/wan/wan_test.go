@@ -108,7 +108,7 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		select {
-		case x := <-sliced: // counted from here: a reading counted as sliced crossed after the slicer went on
+		case x := <-sliced: // any count after the slicer went on: each reading applied since crossed sliced
 			slicer, slicedFrom = x, total(harness.Applied(t, db))
 		default:
 		}
