@@ -3,11 +3,13 @@ package inbox
 import (
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // ackEntry is one QoS 1/2 message in a connection's ack order.
 type ackEntry struct {
-	msg  Message
+	msg  mqttmsg.Message
 	done bool // the pipeline (or ordinary routing) is finished with it
 }
 

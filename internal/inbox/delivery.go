@@ -4,13 +4,14 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // Delivery is one received PUBLISH on its way through the pipeline. A
 // rejected delivery goes round again (a new attempt, see Retry) until it
 // succeeds (Complete) or its connection is lost.
 type Delivery struct {
-	Msg Message
+	Msg mqttmsg.Message
 	Sub string // the configured filter that matched
 	// Decoded is Msg's envelope, decoded at its first Read and kept across
 	// attempts; nil before.

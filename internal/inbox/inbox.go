@@ -8,7 +8,7 @@
 // ACK, then the PUBACK: settle.go) and sends PUBACK/PUBREC strictly in
 // receive order; its ResumeLog reports what a resumed session brought. It
 // knows neither Benthos nor paho: the plugin hands it connections and
-// messages through the small Conn and Message interfaces.
+// messages through the small Conn interface and mqttmsg.Message.
 package inbox
 
 import (
@@ -20,20 +20,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
-
-// Message is one received PUBLISH (mqttclient.Message satisfies it).
-type Message interface {
-	Topic() string
-	Qos() byte
-	MessageID() uint16
-	Duplicate() bool
-	Retained() bool
-	Payload() []byte
-	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
-	Properties() *mqttmsg.Properties
-	// Ack sends the message's PUBACK (QoS 1) or PUBREC (QoS 2).
-	Ack()
-}
 
 // Conn is one network connection of the client. Distinct connections are
 // distinct values (a pointer), so a Conn can key a map. mqttclient.Conn
@@ -176,7 +162,7 @@ func (in *Inbox) ResetSession() { in.pubrecs.reset() }
 
 // OnMessage routes one PUBLISH. It runs on the network reader, in receive
 // order, and never blocks.
-func (in *Inbox) OnMessage(conn Conn, msg Message) {
+func (in *Inbox) OnMessage(conn Conn, msg mqttmsg.Message) {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -383,10 +369,10 @@ func (in *Inbox) Close() {
 
 // Queued returns the messages waiting for Next, oldest first (not those
 // waiting for a retry): a snapshot for inspection.
-func (in *Inbox) Queued() []Message {
+func (in *Inbox) Queued() []mqttmsg.Message {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	out := make([]Message, len(in.queue))
+	out := make([]mqttmsg.Message, len(in.queue))
 	for i, d := range in.queue {
 		out[i] = d.Msg
 	}

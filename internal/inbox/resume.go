@@ -3,6 +3,8 @@ package inbox
 import (
 	"sync"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // resumeWindow is how long after a resumed connection the messages the
@@ -43,7 +45,7 @@ func (r *ResumeLog) restart(gen uint64) {
 // OnMessage counts a message of connection gen, if it is the newest, during
 // its first resumeWindow. It runs on the client's network reader before the
 // inbox routes the message; messages may arrive before OnConnect runs.
-func (r *ResumeLog) OnMessage(gen uint64, msg Message) {
+func (r *ResumeLog) OnMessage(gen uint64, msg mqttmsg.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {

@@ -200,7 +200,7 @@ func ledgerLookup(c *cli.Context) error {
 		})
 	} else {
 		err = withSQL(src.sql, func(ctx context.Context, s *sqlledger.Store) error {
-			hash, at, found, err := s.Entry(ctx, sqlledger.Key{Namespace: out.Namespace, ID: out.Key})
+			hash, at, found, err := s.Entry(ctx, claims.Key{Namespace: out.Namespace, ID: out.Key})
 			out.Applied, out.At, out.Hash = found, timeOrNil(at), hex.EncodeToString(hash)
 			return err
 		})

@@ -6,13 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benchtest"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
@@ -22,35 +21,14 @@ import (
 // (the delivery-hook path), fsync included.
 func BenchmarkClaimCommit64(b *testing.B) {
 	l := openT(b, filepath.Join(b.TempDir(), "ledger.db"), Options{})
-	const writers = 64
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	h := hashOf("payload")
-	b.ResetTimer()
-	start := time.Now()
-	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "bench", ID: strconv.FormatInt(i, 10)}, h, time.Second)
-				if err != nil || v != claims.Pass {
-					b.Error(v, err)
-					return
-				}
-				if err := c.Commit(context.Background()); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	benchtest.Concurrent(b, 64, func(i int64) error {
+		c, v, err := l.Claim(context.Background(), claims.Key{Namespace: "bench", ID: strconv.FormatInt(i, 10)}, h, time.Second)
+		if err != nil || v != claims.Pass {
+			return fmt.Errorf("claim: %v %v", v, err)
+		}
+		return c.Commit(context.Background())
+	})
 }
 
 // fill writes n keys in large transactions (one fsync per 100k keys).
@@ -127,19 +105,12 @@ func BenchmarkOpenVerify(b *testing.B) {
 		if err := l.Close(); err != nil {
 			b.Fatal(err)
 		}
-		st, _ := os.Stat(path)
-		for _, v := range []boltfile.Verify{boltfile.VerifyAlways, boltfile.VerifyNever} {
-			b.Run(fmt.Sprintf("keys=%d/MiB=%d/verify=%s", size, st.Size()>>20, v), func(b *testing.B) {
-				for i := 0; i < b.N; i++ {
-					l, err := Open(path, Options{Verify: v})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := l.Close(); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		benchtest.OpenVerify(b, fmt.Sprintf("keys=%d", size), path, func(v boltfile.Verify) error {
+			l, err := Open(path, Options{Verify: v})
+			if err != nil {
+				return err
+			}
+			return l.Close()
+		})
 	}
 }

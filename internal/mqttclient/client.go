@@ -33,21 +33,6 @@ var ErrNotConnected = errors.New("mqtt: not connected")
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("mqtt: client closed")
 
-// Message is one received PUBLISH, as the components see it: they never
-// name the MQTT library. Ack sends its PUBACK (QoS 1) or PUBREC (QoS 2);
-// with Options.ManualAck nothing is acknowledged until it is called.
-type Message interface {
-	Topic() string
-	Qos() byte
-	MessageID() uint16
-	Duplicate() bool
-	Retained() bool
-	Payload() []byte
-	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
-	Properties() *mqttmsg.Properties
-	Ack()
-}
-
 // failedToken is a publish that failed before it was sent.
 type failedToken struct{ err error }
 
@@ -111,7 +96,7 @@ type Handlers struct {
 	// PINGRESPs and the connection dies ("pingresp not received"); on 5 it
 	// runs on paho.golang's router goroutine, whose queue of Receive
 	// Maximum messages stalls the reader once full.
-	OnMessage func(conn Conn, msg Message)
+	OnMessage func(conn Conn, msg mqttmsg.Message)
 	// OnConnect runs after each CONNACK and before the connection counts as
 	// ready (e.g. to SUBSCRIBE and wait for the SUBACK). An error drops the
 	// connection and a new attempt follows after the backoff.

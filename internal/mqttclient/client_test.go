@@ -141,7 +141,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 					OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 						return conn.Subscribe(ctx, map[string]byte{"order": 1})
 					},
-					OnMessage: func(_ mqttclient.Conn, m mqttclient.Message) {
+					OnMessage: func(_ mqttclient.Conn, m mqttmsg.Message) {
 						got = append(got, string(m.Payload()))
 						if len(got) == 100 {
 							close(done)

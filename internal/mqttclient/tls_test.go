@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -29,7 +30,7 @@ func TestTLSConnectsToMosquittoAndRefusesAnUntrustedServer(t *testing.T) {
 			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 				return conn.Subscribe(ctx, map[string]byte{"tls/t": 1})
 			},
-			OnMessage: func(_ mqttclient.Conn, msg mqttclient.Message) {
+			OnMessage: func(_ mqttclient.Conn, msg mqttmsg.Message) {
 				select {
 				case got <- string(msg.Payload()):
 				default:

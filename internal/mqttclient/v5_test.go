@@ -33,13 +33,13 @@ func v5config(id string, urls ...string) mqttclient.Config {
 // inbox collects the messages of a client, safe for the handler goroutine.
 type inbox struct {
 	mu   sync.Mutex
-	msgs []mqttclient.Message
+	msgs []mqttmsg.Message
 	more chan struct{} // capacity 1: something arrived
 }
 
 func newInbox() *inbox { return &inbox{more: make(chan struct{}, 1)} }
 
-func (b *inbox) add(_ mqttclient.Conn, m mqttclient.Message) {
+func (b *inbox) add(_ mqttclient.Conn, m mqttmsg.Message) {
 	b.mu.Lock()
 	b.msgs = append(b.msgs, m)
 	b.mu.Unlock()
@@ -55,14 +55,14 @@ func (b *inbox) len() int {
 	return len(b.msgs)
 }
 
-func (b *inbox) all() []mqttclient.Message {
+func (b *inbox) all() []mqttmsg.Message {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]mqttclient.Message(nil), b.msgs...)
+	return append([]mqttmsg.Message(nil), b.msgs...)
 }
 
 // waitFor waits, bounded, until at least n messages arrived.
-func (b *inbox) waitFor(t *testing.T, n int, within time.Duration) []mqttclient.Message {
+func (b *inbox) waitFor(t *testing.T, n int, within time.Duration) []mqttmsg.Message {
 	t.Helper()
 	deadline := time.After(within)
 	for b.len() < n {
@@ -76,7 +76,7 @@ func (b *inbox) waitFor(t *testing.T, n int, within time.Duration) []mqttclient.
 }
 
 // quiet waits d and returns what arrived meanwhile (for "nothing more came").
-func (b *inbox) quiet(d time.Duration) []mqttclient.Message {
+func (b *inbox) quiet(d time.Duration) []mqttmsg.Message {
 	time.Sleep(d)
 	return b.all()
 }

@@ -1,6 +1,6 @@
 // Package mqttmsg is what an MQTT PUBLISH carries, as every reliable-mqtt
-// package sees it: the Publication a component sends and the MQTT 5
-// Properties it sends or receives. It is a leaf: it imports no MQTT client
+// package sees it: the Publication a component sends, the Message it
+// receives and the MQTT 5 Properties of either. It is a leaf: it imports no MQTT client
 // and no Benthos, so the engines, the codec and the properties rules can
 // name a publish without linking either.
 package mqttmsg
@@ -21,6 +21,22 @@ type Publication struct {
 	// matching subscribers) into a *mqttclient.ReasonCodeError; otherwise
 	// 0x10 is a success, as the protocol says. Meaningless on 3.1.1.
 	RequireSubscribers bool
+}
+
+// Message is one received PUBLISH, as the components see it: they never
+// name the MQTT library (mqttclient implements it; the inbox takes it).
+// Ack sends its PUBACK (QoS 1) or PUBREC (QoS 2); with
+// mqttclient.Options.ManualAck nothing is acknowledged until it is called.
+type Message interface {
+	Topic() string
+	Qos() byte
+	MessageID() uint16
+	Duplicate() bool
+	Retained() bool
+	Payload() []byte
+	// Properties are the MQTT 5 PUBLISH properties; nil on 3.1.1.
+	Properties() *Properties
+	Ack()
 }
 
 // Properties are the MQTT 5 PUBLISH properties the components use. A

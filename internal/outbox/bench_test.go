@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benchtest"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 )
 
@@ -21,29 +22,10 @@ var benchPayload = make([]byte, 100)
 // concurrent writers and group commit.
 func BenchmarkAppend64Writers(b *testing.B) {
 	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
-	const writers = 64
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if _, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	benchtest.Concurrent(b, 64, func(i int64) error {
+		_, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload})
+		return err
+	})
 }
 
 // BenchmarkAppendBatch64x64 measures AppendBatch from 64 goroutines, 64
@@ -231,20 +213,13 @@ func BenchmarkOpenVerify(b *testing.B) {
 		if err := o.Close(); err != nil {
 			b.Fatal(err)
 		}
-		st, _ := os.Stat(path)
-		for _, v := range []boltfile.Verify{boltfile.VerifyAlways, boltfile.VerifyNever} {
-			b.Run(fmt.Sprintf("pending=%d/MiB=%d/verify=%s", pending, st.Size()>>20, v), func(b *testing.B) {
-				for i := 0; i < b.N; i++ {
-					o, err := Open(path, Options{Verify: v})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := o.Close(); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		benchtest.OpenVerify(b, fmt.Sprintf("pending=%d", pending), path, func(v boltfile.Verify) error {
+			o, err := Open(path, Options{Verify: v})
+			if err != nil {
+				return err
+			}
+			return o.Close()
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // maxQueuedAcks bounds the ACKs decoded but not yet matched by the sender.
@@ -181,7 +182,7 @@ func AckHandlers(topic string, keys [][]byte, acks *AckQueue, ignored *IgnoredAC
 		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{topic: 1})
 		},
-		OnMessage: func(_ mqttclient.Conn, msg mqttclient.Message) {
+		OnMessage: func(_ mqttclient.Conn, msg mqttmsg.Message) {
 			if msg.Retained() && allowWarning() {
 				log.Warnf("A retained message arrived on the ACK topic %q: the broker sends it again at every (re)subscription. ACKs must be published without the retain flag; clear it with an empty retained message (mosquitto_pub -r -n -t '%s')", msg.Topic(), msg.Topic())
 			}

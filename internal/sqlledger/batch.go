@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // Entry is one message for ApplyBatch.
 type Entry struct {
-	Key   Key
+	Key   claims.Key
 	Hash  []byte
 	Stmts []Exec
 }

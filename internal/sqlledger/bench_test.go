@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkApply(b *testing.B) {
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					k := Key{Namespace: "bench", ID: fmt.Sprint(next.Add(1))}
+					k := claims.Key{Namespace: "bench", ID: fmt.Sprint(next.Add(1))}
 					if _, err := s.Apply(ctx, k, nil, st); err != nil {
 						b.Error(err)
 						return
@@ -56,7 +57,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 				entries := make([]Entry, size)
 				for i := range entries {
 					n++
-					entries[i] = Entry{Key: Key{Namespace: "bench", ID: fmt.Sprint(n)}, Stmts: st}
+					entries[i] = Entry{Key: claims.Key{Namespace: "bench", ID: fmt.Sprint(n)}, Stmts: st}
 				}
 				if _, err := s.ApplyBatch(ctx, entries); err != nil {
 					b.Fatal(err)

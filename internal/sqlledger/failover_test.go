@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -132,8 +133,8 @@ func TestPoolWaitsForTheServerAtStartAndWhileRunning(t *testing.T) {
 	proxy.Cut()
 	b := postgresBackend(pg)
 	entries := []Entry{
-		{Key: Key{Namespace: "n", ID: "e1"}, Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
-		{Key: Key{Namespace: "n", ID: "e2"}, Hash: []byte("h2"), Stmts: []Exec{incr(b, 10)}},
+		{Key: claims.Key{Namespace: "n", ID: "e1"}, Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
+		{Key: claims.Key{Namespace: "n", ID: "e2"}, Hash: []byte("h2"), Stmts: []Exec{incr(b, 10)}},
 	}
 	done := make(chan []Outcome, 1)
 	go func() { done <- pool.ApplyAll(ctx, entries) }()
@@ -211,8 +212,8 @@ func TestTransactionOnASilentServerIsAbandonedAndRetried(t *testing.T) {
 	proxy.Stall()
 	b := postgresBackend(pg)
 	entries := []Entry{
-		{Key: Key{Namespace: "n", ID: "e1"}, Stmts: []Exec{incr(b, 1)}},
-		{Key: Key{Namespace: "n", ID: "e2"}, Stmts: []Exec{incr(b, 10)}},
+		{Key: claims.Key{Namespace: "n", ID: "e1"}, Stmts: []Exec{incr(b, 1)}},
+		{Key: claims.Key{Namespace: "n", ID: "e2"}, Stmts: []Exec{incr(b, 10)}},
 	}
 	done := make(chan []Outcome, 1)
 	go func() { done <- pool.ApplyAll(ctx, entries) }()

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // Read-only access for tools (`reliable-mqtt ledger ... --driver`).
@@ -49,7 +51,7 @@ func (s *Store) Summarize(ctx context.Context) (Summary, error) {
 }
 
 // Entry returns k's stored hash and applied time.
-func (s *Store) Entry(ctx context.Context, k Key) (hash []byte, at time.Time, found bool, err error) {
+func (s *Store) Entry(ctx context.Context, k claims.Key) (hash []byte, at time.Time, found bool, err error) {
 	var raw any
 	q := fmt.Sprintf(`SELECT "hash", "applied_at" FROM %s WHERE "namespace" = %s AND "key" = %s`, s.table, s.placeholder(1), s.placeholder(2))
 	err = s.db.QueryRowContext(ctx, q, k.Namespace, k.ID).Scan(&hash, &raw)

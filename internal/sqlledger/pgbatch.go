@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 )
 
 // PostgreSQL's ApplyBatch sends a group's transaction in one round trip
@@ -51,7 +52,7 @@ JOIN unnest($1::text[], $2::text[]) AS k(ns, id) ON t."namespace" = k.ns AND t."
 func (s *Store) pgTry(ctx context.Context, entries []Entry, failed []bool, out []Outcome) (*stmtFailure, error) {
 	// The first live copy of each key is applied; later copies in the same
 	// group report what the first found.
-	first := map[Key]int{}
+	first := map[claims.Key]int{}
 	var applied []int
 	for i, e := range entries {
 		if failed[i] {
@@ -129,7 +130,7 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 	var b1 pgx.Batch
 	b1.Queue("BEGIN")
 	b1.Queue(s.pgInsertSQL, nss, ids, hashes, ats)
-	inserted := map[Key]bool{}
+	inserted := map[claims.Key]bool{}
 	err := func() error {
 		br := c.SendBatch(ctx, &b1)
 		defer br.Close()
@@ -141,7 +142,7 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 			return fmt.Errorf("insert ledger rows: %w", err)
 		}
 		for rows.Next() {
-			var k Key
+			var k claims.Key
 			if err := rows.Scan(&k.Namespace, &k.ID); err != nil {
 				rows.Close()
 				return fmt.Errorf("insert ledger rows: %w", err)
@@ -184,12 +185,12 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 	if len(oldNs) > 0 {
 		rows, err := br.Query()
 		if err == nil {
-			byKey := map[Key]int{}
+			byKey := map[claims.Key]int{}
 			for _, i := range applied {
 				byKey[entries[i].Key] = i
 			}
 			for rows.Next() {
-				var k Key
+				var k claims.Key
 				var h []byte
 				if err = rows.Scan(&k.Namespace, &k.ID, &h); err != nil {
 					break

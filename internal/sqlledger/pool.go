@@ -282,7 +282,7 @@ func (sh *Pool) run(batch []*Request) {
 		}
 	}
 	if len(records) > 0 {
-		keys := make([]Key, len(records))
+		keys := make([]claims.Key, len(records))
 		hashes := make([][]byte, len(records))
 		for i, r := range records {
 			keys[i], hashes[i] = r.entry.Key, r.entry.Hash
@@ -358,7 +358,7 @@ func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf fun
 // docs.)
 type Claim struct {
 	pool *Pool
-	key  Key
+	key  claims.Key
 	hash []byte
 	hold *claims.Hold
 }
@@ -366,7 +366,7 @@ type Claim struct {
 // Claim returns a claim on key, or the verdict that key is applied
 // (duplicate, or conflict when its hash differs). It waits up to wait for
 // a local copy in flight.
-func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Duration) (*Claim, claims.Verdict, error) {
+func (sh *Pool) Claim(ctx context.Context, key claims.Key, hash []byte, wait time.Duration) (*Claim, claims.Verdict, error) {
 	hold, err := sh.claims.Take(ctx, strconv.Itoa(len(key.Namespace))+":"+key.Namespace+key.ID, wait)
 	switch {
 	case errors.Is(err, claims.ErrInFlight):
@@ -391,7 +391,7 @@ func (sh *Pool) Claim(ctx context.Context, key Key, hash []byte, wait time.Durat
 }
 
 // Key returns the claimed key.
-func (c *Claim) Key() Key { return c.key }
+func (c *Claim) Key() claims.Key { return c.key }
 
 // Commit records the key (its effect was committed elsewhere) in the
 // pool's next group transaction and returns once that committed; the

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -61,7 +62,7 @@ func TestApplyAllVerdicts(t *testing.T) {
 	defer p.Release()
 	incr := []Exec{{Query: "UPDATE counter SET value = value + 1 WHERE id = 1"}}
 	entry := func(id, hash string) Entry {
-		return Entry{Key: Key{Namespace: "p", ID: id}, Hash: []byte(hash), Stmts: incr}
+		return Entry{Key: claims.Key{Namespace: "p", ID: id}, Hash: []byte(hash), Stmts: incr}
 	}
 	outs := p.ApplyAll(context.Background(), []Entry{entry("e1", "a"), entry("e2", "a")})
 	outs = append(outs, p.ApplyAll(context.Background(), []Entry{entry("e1", "a"), entry("e2", "b")})...)

@@ -101,10 +101,6 @@ type Exec struct {
 	Args  []any
 }
 
-// Key identifies a message's effect (the type both ledgers share): the
-// row's namespace and key columns.
-type Key = claims.Key
-
 // Result of Apply.
 type Result struct {
 	// Inserted is true when this call created the ledger row and so its
@@ -326,7 +322,7 @@ func (e *StmtError) Unwrap() error { return e.Err }
 // A commit whose outcome is unknown (the connection died during COMMIT)
 // returns an error; calling Apply again is safe, because the ledger row
 // makes the retry report Inserted false if the first commit did land.
-func (s *Store) Apply(ctx context.Context, k Key, hash []byte, stmts []Exec) (Result, error) {
+func (s *Store) Apply(ctx context.Context, k claims.Key, hash []byte, stmts []Exec) (Result, error) {
 	var res Result
 	var attempts int
 	err := s.retry(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -363,7 +359,7 @@ func runStmts(ctx context.Context, tx *sql.Tx, stmts []Exec) error {
 // COMMITTED a concurrent insert of the same key waits for the other
 // transaction and then skips (or inserts, if that one rolled back); SQLite
 // serializes writers outright.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, k Key, hash []byte) (bool, error) {
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, k claims.Key, hash []byte) (bool, error) {
 	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.ID, hash, s.d.timeArg(s.now()))
 	if err != nil {
 		return false, fmt.Errorf("insert ledger row: %w", err)
@@ -379,7 +375,7 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, error) {
+func (s *Store) lookup(ctx context.Context, q queryer, k claims.Key) ([]byte, bool, error) {
 	var hash []byte
 	err := q.QueryRowContext(ctx, s.lookupSQL, k.Namespace, k.ID).Scan(&hash)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -392,7 +388,7 @@ func (s *Store) lookup(ctx context.Context, q queryer, k Key) ([]byte, bool, err
 }
 
 // Lookup returns the stored hash of k and whether k is in the ledger.
-func (s *Store) Lookup(ctx context.Context, k Key) (hash []byte, found bool, err error) {
+func (s *Store) Lookup(ctx context.Context, k claims.Key) (hash []byte, found bool, err error) {
 	hash, found, err = s.lookup(ctx, s.db, k)
 	if err != nil {
 		return nil, false, fmt.Errorf("sqlledger: %s in table %s: %w", k, s.cfg.Table, err)
@@ -405,7 +401,7 @@ func (s *Store) Lookup(ctx context.Context, k Key) (hash []byte, found bool, err
 // idempotent: a key already present, or repeated in keys, reports false
 // and keeps its first hash. hashes may be nil; otherwise it has one entry
 // per key.
-func (s *Store) Record(ctx context.Context, keys []Key, hashes [][]byte) (inserted []bool, err error) {
+func (s *Store) Record(ctx context.Context, keys []claims.Key, hashes [][]byte) (inserted []bool, err error) {
 	if hashes != nil && len(hashes) != len(keys) {
 		return nil, fmt.Errorf("sqlledger: record: %d keys but %d hashes", len(keys), len(hashes))
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -139,7 +140,7 @@ func testRedeliveredEventCountsOnce(t *testing.T, b backend) {
 	s := open(t, b, dsn, nil)
 	exec(t, s, `CREATE TABLE counter (value INTEGER NOT NULL)`)
 	exec(t, s, `INSERT INTO counter (value) VALUES (0)`)
-	k := Key{Namespace: "sensor-demo", ID: "batch-42"}
+	k := claims.Key{Namespace: "sensor-demo", ID: "batch-42"}
 	hash := []byte{0xde, 0xad, 0xbe, 0xef}
 
 	r, err := s.Apply(ctx, k, hash, []Exec{incr(b, 1)})
@@ -170,7 +171,7 @@ func testFailingStatementCommitsNothing(t *testing.T, b backend) {
 	s := newStore(t, b, nil)
 	exec(t, s, `CREATE TABLE uniq (id INTEGER PRIMARY KEY)`)
 	exec(t, s, `INSERT INTO uniq (id) VALUES (1)`)
-	k := Key{Namespace: "sensor-demo", ID: "batch-42"}
+	k := claims.Key{Namespace: "sensor-demo", ID: "batch-42"}
 
 	bad := map[string]Exec{
 		"constraint violation": {Query: "INSERT INTO uniq (id) VALUES (" + b.ph(1) + ")", Args: []any{1}},
@@ -217,7 +218,7 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 		errs := make(chan error, 16)
 		for range 16 {
 			wg.Go(func() {
-				r, err := s.Apply(ctx, Key{Namespace: "sensor-demo", ID: "batch-42"}, []byte("h"), []Exec{incr(b, 1)})
+				r, err := s.Apply(ctx, claims.Key{Namespace: "sensor-demo", ID: "batch-42"}, []byte("h"), []Exec{incr(b, 1)})
 				if err != nil {
 					errs <- err
 					return
@@ -248,9 +249,9 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 
 	t.Run("200KeysWithDuplicates8Goroutines", func(t *testing.T) {
 		s := newStore(t, b, func(c *Config) { c.MaxOpenConns = 8 })
-		var work []Key
+		var work []claims.Key
 		for i := range 200 {
-			work = append(work, Key{Namespace: "p", ID: fmt.Sprint(i)})
+			work = append(work, claims.Key{Namespace: "p", ID: fmt.Sprint(i)})
 		}
 		for range 200 {
 			work = append(work, work[rand.N(200)])
@@ -287,13 +288,13 @@ func testConcurrentDuplicatesApplyOnce(t *testing.T, b backend) {
 func testRecordIsOneIdempotentTransaction(t *testing.T, b backend) {
 	ctx := testCtx(t)
 	s := newStore(t, b, nil)
-	a, bb, c := Key{Namespace: "n", ID: "a"}, Key{Namespace: "n", ID: "b"}, Key{Namespace: "n", ID: "c"}
+	a, bb, c := claims.Key{Namespace: "n", ID: "a"}, claims.Key{Namespace: "n", ID: "b"}, claims.Key{Namespace: "n", ID: "c"}
 
-	got, err := s.Record(ctx, []Key{a, bb, a}, [][]byte{[]byte("ha"), []byte("hb"), []byte("ha2")})
+	got, err := s.Record(ctx, []claims.Key{a, bb, a}, [][]byte{[]byte("ha"), []byte("hb"), []byte("ha2")})
 	if err != nil || fmt.Sprint(got) != "[true true false]" {
 		t.Fatalf("Record(a, b, a) = %v, %v; want [true true false]", got, err)
 	}
-	got, err = s.Record(ctx, []Key{bb, c}, nil)
+	got, err = s.Record(ctx, []claims.Key{bb, c}, nil)
 	if err != nil || fmt.Sprint(got) != "[false true]" {
 		t.Fatalf("Record(b, c) = %v, %v; want [false true]", got, err)
 	}
@@ -303,26 +304,26 @@ func testRecordIsOneIdempotentTransaction(t *testing.T, b backend) {
 	if h, found, err := s.Lookup(ctx, c); err != nil || !found || h != nil {
 		t.Fatalf("Lookup(c) = %q, %v, %v; want found with no hash", h, found, err)
 	}
-	if _, found, err := s.Lookup(ctx, Key{Namespace: "other", ID: "a"}); err != nil || found {
+	if _, found, err := s.Lookup(ctx, claims.Key{Namespace: "other", ID: "a"}); err != nil || found {
 		t.Fatalf("Lookup in another namespace = %v, %v; namespaces must be separate", found, err)
 	}
 	if n := count(t, s); n != 3 {
 		t.Fatalf("Count = %d, want 3", n)
 	}
-	if _, err := s.Record(ctx, []Key{a}, [][]byte{}); err == nil {
+	if _, err := s.Record(ctx, []claims.Key{a}, [][]byte{}); err == nil {
 		t.Fatal("Record with 1 key and 0 hashes succeeded")
 	}
 
 	// One transaction: when a later key fails, the earlier new key of
 	// the same call is not left behind. PostgreSQL rejects a NUL byte in
 	// TEXT; SQLite accepts it, so there a cancelled context stands in.
-	bad, cctx := Key{Namespace: "n", ID: "bad\x00"}, ctx
+	bad, cctx := claims.Key{Namespace: "n", ID: "bad\x00"}, ctx
 	if b.driver == SQLite {
 		c, cancel := context.WithCancel(ctx)
 		cancel()
 		cctx = c
 	}
-	if _, err := s.Record(cctx, []Key{{Namespace: "n", ID: "d"}, bad}, nil); err == nil {
+	if _, err := s.Record(cctx, []claims.Key{{Namespace: "n", ID: "d"}, bad}, nil); err == nil {
 		t.Fatal("Record with a failing key succeeded")
 	}
 	if n := count(t, s); n != 3 {
@@ -336,7 +337,7 @@ func testExpireRemovesOldestInBoundedBatches(t *testing.T, b backend) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 25 {
 		s.now = func() time.Time { return t0.Add(time.Duration(i) * time.Second) }
-		if _, err := s.Apply(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, nil); err != nil {
+		if _, err := s.Apply(ctx, claims.Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -362,12 +363,12 @@ func testExpireRemovesOldestInBoundedBatches(t *testing.T, b backend) {
 		t.Fatalf("Count = %d after expiry, want 15", n)
 	}
 	for i, want := range map[int]bool{0: false, 9: false, 10: true, 24: true} {
-		if _, found, _ := s.Lookup(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}); found != want {
+		if _, found, _ := s.Lookup(ctx, claims.Key{Namespace: "n", ID: fmt.Sprint(i)}); found != want {
 			t.Fatalf("key %d found = %v after expiry, want %v", i, found, want)
 		}
 	}
 	// An expired key is new again: that is what retention trades away.
-	if r, err := s.Apply(ctx, Key{Namespace: "n", ID: "0"}, nil, nil); err != nil || !r.Inserted {
+	if r, err := s.Apply(ctx, claims.Key{Namespace: "n", ID: "0"}, nil, nil); err != nil || !r.Inserted {
 		t.Fatalf("Apply of an expired key = %+v, %v; want Inserted", r, err)
 	}
 }
@@ -385,7 +386,7 @@ func testWrongColumnsRejected(t *testing.T, b backend) {
 func testApplyBatchIsolatesFailingMessage(t *testing.T, b backend) {
 	ctx := testCtx(t)
 	s := newStore(t, b, nil)
-	k1, k2, k3 := Key{Namespace: "n", ID: "1"}, Key{Namespace: "n", ID: "2"}, Key{Namespace: "n", ID: "3"}
+	k1, k2, k3 := claims.Key{Namespace: "n", ID: "1"}, claims.Key{Namespace: "n", ID: "2"}, claims.Key{Namespace: "n", ID: "3"}
 	out, err := s.ApplyBatch(ctx, []Entry{
 		{Key: k1, Hash: []byte("h1"), Stmts: []Exec{incr(b, 1)}},
 		{Key: k2, Stmts: []Exec{incr(b, 100), {Query: "UPDATE no_such_table SET x = 1"}}},
@@ -417,7 +418,7 @@ func testApplyBatchIsolatesFailingMessage(t *testing.T, b backend) {
 	}
 	// A key applied before reports its stored hash; a copy whose first
 	// copy in the same batch failed is applied itself.
-	k4 := Key{Namespace: "n", ID: "4"}
+	k4 := claims.Key{Namespace: "n", ID: "4"}
 	out, err = s.ApplyBatch(ctx, []Entry{
 		{Key: k1, Hash: []byte("other"), Stmts: []Exec{incr(b, 1000)}},
 		{Key: k4, Stmts: []Exec{{Query: "UPDATE no_such_table SET x = 1"}}},
@@ -449,7 +450,7 @@ func testApplyBatchIsolatesRunTimeFailures(t *testing.T, b backend) {
 	s := newStore(t, b, nil)
 	exec(t, s, `CREATE TABLE uniq (id INTEGER PRIMARY KEY)`)
 	exec(t, s, `INSERT INTO uniq (id) VALUES (1)`)
-	key := func(id string) Key { return Key{Namespace: "n", ID: id} }
+	key := func(id string) claims.Key { return claims.Key{Namespace: "n", ID: id} }
 	dupRow := Exec{Query: "INSERT INTO uniq (id) VALUES (1)"}
 	nullValue := Exec{Query: "UPDATE counter SET value = NULL"}
 	// apply runs one group and checks each entry's outcome, then the
@@ -510,7 +511,7 @@ func testPostgresDeadlockIsRetried(t *testing.T, b backend) {
 	errs := make([]error, 2)
 	for i, order := range [][2]int{{1, 2}, {2, 1}} {
 		wg.Go(func() {
-			results[i], errs[i] = s.Apply(ctx, Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, []Exec{bump(order[0]), pause, bump(order[1])})
+			results[i], errs[i] = s.Apply(ctx, claims.Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, []Exec{bump(order[0]), pause, bump(order[1])})
 		})
 	}
 	wg.Wait()
@@ -580,7 +581,7 @@ func TestSQLiteBusyIsRetried(t *testing.T) {
 	// Retries off: the lock wins, nothing is committed.
 	noRetry := open(t, b, dsn, func(c *Config) { short(c); c.MaxRetries = -1 })
 	tx := hold()
-	_, err = noRetry.Apply(ctx, Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
+	_, err = noRetry.Apply(ctx, claims.Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
 	if err == nil || !noRetry.IsRetryable(err) {
 		t.Fatalf("Apply under a held lock without retries = %v; want a retryable busy error", err)
 	}
@@ -595,7 +596,7 @@ func TestSQLiteBusyIsRetried(t *testing.T) {
 	var r Result
 	go func() {
 		defer close(done)
-		r, err = s.Apply(ctx, Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
+		r, err = s.Apply(ctx, claims.Key{Namespace: "n", ID: "k"}, nil, []Exec{incr(b, 1)})
 	}()
 	time.Sleep(time.Second) // many busy timeouts: Apply must have retried
 	tx.Rollback()

@@ -3,17 +3,13 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/benchtest"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 )
 
@@ -28,65 +24,20 @@ func benchPipeline(b *testing.B, processors string) {
 
 // benchPipelineTo is benchPipeline with a chosen output.
 func benchPipelineTo(b *testing.B, processors, output string) {
-	sb := service.NewStreamBuilder()
-	sb.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	send, err := sb.AddProducerFunc()
-	if err != nil {
-		b.Fatal(err)
-	}
+	var procs []string
 	if processors != "" {
-		if err := sb.AddProcessorYAML(processors); err != nil {
-			b.Fatal(err)
-		}
+		procs = append(procs, processors)
 	}
-	if err := sb.AddOutputYAML(output); err != nil {
-		b.Fatal(err)
-	}
-	st, err := sb.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- st.Run(context.Background()) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = st.Stop(ctx)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			b.Error("stream did not stop within 10s")
-		}
-	}()
-
-	const senders = 64
-	var next atomic.Int64
-	var wg sync.WaitGroup
+	st := streamtest.StartQuiet(b, output, procs...)
 	payload := []byte(`{"producer":"bench","delta":1}`)
-	b.ResetTimer()
-	start := time.Now()
-	for range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				ctx, hooks := commit.WithHooks(context.Background())
-				msg := service.NewMessage(payload)
-				msg.MetaSetMut("event_id", fmt.Sprintf("e%d", i))
-				res := send(ctx, msg.WithContext(ctx))
-				if err := hooks.Run(ctx, res); err != nil || res != nil {
-					b.Error(res, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	benchtest.Concurrent(b, 64, func(i int64) error {
+		msg := service.NewMessage(payload)
+		msg.MetaSetMut("event_id", fmt.Sprintf("e%d", i))
+		if res, err := st.Deliver(context.Background(), msg); err != nil || res != nil {
+			return fmt.Errorf("result %v, hooks %v", res, err)
+		}
+		return nil
+	})
 }
 
 // BenchmarkLedger compares the same pipeline with and without dedup_ledger

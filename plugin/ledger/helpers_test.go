@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -11,83 +10,9 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
-	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
-
-// stream is an in-process Benthos stream fed by the test. send plays
-// reliable_mqtt_in: it gives each message a delivery hook list, waits for
-// the pipeline's verdict and runs the hooks with it, the way the input does
-// before its PUBACK.
-type stream struct {
-	t      *testing.T
-	send   service.MessageHandlerFunc
-	stream *service.Stream
-	logs   *harness.LogBuffer
-	done   chan error
-}
-
-func startStream(t *testing.T, processorYAML, outputYAML string) *stream {
-	t.Helper()
-	sb := service.NewStreamBuilder()
-	logs := &harness.LogBuffer{}
-	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	send, err := sb.AddProducerFunc()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.AddProcessorYAML(processorYAML); err != nil {
-		t.Fatalf("processor config: %v", err)
-	}
-	if err := sb.AddOutputYAML(outputYAML); err != nil {
-		t.Fatalf("output config: %v", err)
-	}
-	st, err := sb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stream{t: t, send: send, stream: st, logs: logs, done: make(chan error, 1)}
-	go func() { s.done <- st.Run(context.Background()) }()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *stream) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = s.stream.Stop(ctx)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.t.Error("stream did not stop within 10s")
-	}
-}
-
-// deliver sends one message with hooks (as reliable_mqtt_in would) and
-// returns the pipeline's result and the hooks' result.
-func (s *stream) deliver(payload string, meta ...string) (result, hookErr error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	hctx, hooks := commit.WithHooks(ctx)
-	msg := newMsg(payload, meta...).WithContext(hctx)
-	result = s.send(ctx, msg)
-	return result, hooks.Run(ctx, result)
-}
-
-// sendPlain sends a message without hooks (any other input).
-func (s *stream) sendPlain(payload string, meta ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return s.send(ctx, newMsg(payload, meta...))
-}
-
-func newMsg(payload string, meta ...string) *service.Message {
-	msg := service.NewMessage([]byte(payload))
-	for i := 0; i+1 < len(meta); i += 2 {
-		msg.MetaSetMut(meta[i], meta[i+1])
-	}
-	return msg
-}
 
 // newTestProcessor builds a dedup_ledger from YAML, as Benthos would.
 func newTestProcessor(t *testing.T, yaml string) *processor {
@@ -116,7 +41,7 @@ type inFlight struct {
 func process(p *processor, payload, eventID string) *inFlight {
 	ctx, hooks := commit.WithHooks(context.Background())
 	f := &inFlight{hooks: hooks, done: make(chan struct{})}
-	msg := newMsg(payload, "event_id", eventID).WithContext(ctx)
+	msg := streamtest.Message(payload, "event_id", eventID).WithContext(ctx)
 	go func() {
 		defer close(f.done)
 		f.out, f.err = p.ProcessBatch(ctx, service.MessageBatch{msg})

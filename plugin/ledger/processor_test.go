@@ -17,13 +17,14 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // relay is a stream dedup_ledger → reliable_mqtt_out with the ledger and the
 // outbox in one file, and a subscriber on the output topic.
 type relay struct {
-	*stream
+	*streamtest.Stream
 	path string
 	sub  *harness.Subscriber
 }
@@ -45,7 +46,20 @@ reliable_mqtt_out:
 		out = strings.ReplaceAll(output, "OUTBOX", strings.ReplaceAll(strings.TrimPrefix(out, "\n"), "\n", "\n        "))
 	}
 	proc := fmt.Sprintf("dedup_ledger:\n  path: %s\n%s", path, ledgerExtra)
-	return &relay{stream: startStream(t, proc, out), path: path, sub: sub}
+	return &relay{Stream: streamtest.Start(t, out, proc), path: path, sub: sub}
+}
+
+// deliver sends one message with delivery hooks, as reliable_mqtt_in
+// would, and returns the pipeline's verdict and the hooks' result.
+func (r *relay) deliver(payload string, meta ...string) (result, hookErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return r.Deliver(ctx, streamtest.Message(payload, meta...))
+}
+
+// sendPlain sends a message without hooks (any other input).
+func (r *relay) sendPlain(payload string, meta ...string) error {
+	return r.Write(10*time.Second, payload, meta...)
 }
 
 // seen waits until the sentinel payload arrived (publishing is FIFO, so
@@ -180,7 +194,7 @@ func TestAutoWithoutCommitPathFailsWithHowToFix(t *testing.T) {
 
 	// The same message processed directly: flagged with the error.
 	p := newTestProcessor(t, "path: "+filepath.Join(t.TempDir(), "l.db"))
-	out, err := p.ProcessBatch(context.Background(), service.MessageBatch{newMsg("p1", "event_id", "e1")})
+	out, err := p.ProcessBatch(context.Background(), service.MessageBatch{streamtest.Message("p1", "event_id", "e1")})
 	if err != nil || len(out) != 1 || !errors.Is(out[0][0].GetError(), errNoCommitPath) {
 		t.Fatalf("got %v %v, want the message flagged with errNoCommitPath", out, err)
 	}
@@ -295,7 +309,7 @@ func TestCopiesInOneBatchPassOnce(t *testing.T) {
 	ctx, hooks := commit.WithHooks(context.Background())
 	batch := service.MessageBatch{}
 	for range 3 {
-		batch = append(batch, newMsg("x", "event_id", "e1").WithContext(ctx))
+		batch = append(batch, streamtest.Message("x", "event_id", "e1").WithContext(ctx))
 	}
 	out, err := p.ProcessBatch(ctx, batch)
 	if err != nil || len(out) != 1 || len(out[0]) != 1 {
@@ -340,8 +354,8 @@ func TestMissingOrEmptyKeyFailsTheMessage(t *testing.T) {
 	p := newTestProcessor(t, "path: "+filepath.Join(t.TempDir(), "l.db"))
 	ctx, _ := commit.WithHooks(context.Background())
 	for name, msg := range map[string]*service.Message{
-		"missing metadata": newMsg("x"),
-		"empty":            newMsg("x", "event_id", ""),
+		"missing metadata": streamtest.Message("x"),
+		"empty":            streamtest.Message("x", "event_id", ""),
 	} {
 		out, err := p.ProcessBatch(ctx, service.MessageBatch{msg.WithContext(ctx)})
 		if err != nil || len(out) != 1 {
@@ -361,7 +375,7 @@ func TestNamespaceSeparatesProducers(t *testing.T) {
 	send := func(producer string) *inFlight {
 		ctx, hooks := commit.WithHooks(context.Background())
 		f := &inFlight{hooks: hooks, done: make(chan struct{})}
-		f.out, f.err = p.ProcessBatch(ctx, service.MessageBatch{newMsg("x", "event_id", "e1", "producer", producer).WithContext(ctx)})
+		f.out, f.err = p.ProcessBatch(ctx, service.MessageBatch{streamtest.Message("x", "event_id", "e1", "producer", producer).WithContext(ctx)})
 		close(f.done)
 		return f
 	}

@@ -2,18 +2,14 @@ package ledger
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	ledgerpkg "github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
-	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 )
 
 // A message that passes dedup_ledger and is then split (unarchive) into 3
@@ -21,53 +17,25 @@ import (
 // and the key is applied once. Each part shares the message's claim.
 func TestMessageSplitAfterTheLedgerStoresEveryPart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	sb := service.NewStreamBuilder()
-	logs := &harness.LogBuffer{}
-	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	send, err := sb.AddProducerFunc()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, y := range []string{
-		"dedup_ledger:\n  path: " + path + "\n",
-		"unarchive:\n  format: json_array\n",
-	} {
-		if err := sb.AddProcessorYAML(y); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := sb.AddOutputYAML(`
+	st := streamtest.Start(t, `
 reliable_mqtt_out:
   urls: [ "tcp://127.0.0.1:1" ]
   topic: out
   max_in_flight: 8
   outbox:
-    path: ` + path + "\n"); err != nil {
-		t.Fatal(err)
-	}
-	st, err := sb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- st.Run(context.Background()) }()
+    path: `+path+"\n",
+		"dedup_ledger:\n  path: "+path+"\n",
+		"unarchive:\n  format: json_array\n",
+	)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	hctx, hooks := commit.WithHooks(ctx)
-	msg := service.NewMessage([]byte(`[{"n":1},{"n":2},{"n":3}]`)).WithContext(hctx)
-	msg.MetaSetMut("event_id", "batch-42")
-	res := send(ctx, msg)
-	hookErr := hooks.Run(ctx, res)
+	res, hookErr := st.Deliver(ctx, streamtest.Message(`[{"n":1},{"n":2},{"n":3}]`, "event_id", "batch-42"))
 	t.Logf("pipeline result: %v, hooks: %v", res, hookErr)
 
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	_ = st.Stop(sctx)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream did not stop within 10s; the file is still open")
+	st.Stop()
+	if t.Failed() {
+		t.FailNow() // the stream did not end: the file is still open
 	}
 
 	ob, err := outbox.Open(path, outbox.Options{})

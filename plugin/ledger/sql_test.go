@@ -14,6 +14,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -313,7 +314,7 @@ func TestSQLWithoutApplyRecordsOnAckAndReleasesOnFailure(t *testing.T) {
 	deliver := func(id string, result error) (passed bool) {
 		t.Helper()
 		hctx, hooks := commit.WithHooks(ctx)
-		out, err := p.ProcessBatch(hctx, service.MessageBatch{newMsg("p", "event_id", id).WithContext(hctx)})
+		out, err := p.ProcessBatch(hctx, service.MessageBatch{streamtest.Message("p", "event_id", id).WithContext(hctx)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,14 +340,14 @@ func TestSQLWithoutApplyRecordsOnAckAndReleasesOnFailure(t *testing.T) {
 	// Two local copies in flight: the second waits for the first and is a
 	// duplicate once it committed.
 	hctx, hooks := commit.WithHooks(ctx)
-	out, _ := p.ProcessBatch(hctx, service.MessageBatch{newMsg("p", "event_id", "e2").WithContext(hctx)})
+	out, _ := p.ProcessBatch(hctx, service.MessageBatch{streamtest.Message("p", "event_id", "e2").WithContext(hctx)})
 	if len(out) != 1 || out[0][0].GetError() != nil {
 		t.Fatal("first copy of e2 did not pass")
 	}
 	second := make(chan []service.MessageBatch, 1)
 	go func() {
 		c2, _ := commit.WithHooks(ctx)
-		o, _ := p.ProcessBatch(c2, service.MessageBatch{newMsg("p", "event_id", "e2").WithContext(c2)})
+		o, _ := p.ProcessBatch(c2, service.MessageBatch{streamtest.Message("p", "event_id", "e2").WithContext(c2)})
 		second <- o
 	}()
 	if err := hooks.Run(ctx, nil); err != nil {
@@ -357,7 +358,7 @@ func TestSQLWithoutApplyRecordsOnAckAndReleasesOnFailure(t *testing.T) {
 	}
 
 	// A message without delivery hooks fails, saying how to fix it.
-	out, _ = p.ProcessBatch(ctx, service.MessageBatch{newMsg("p", "event_id", "e3")})
+	out, _ = p.ProcessBatch(ctx, service.MessageBatch{streamtest.Message("p", "event_id", "e3")})
 	if len(out) != 1 || !errors.Is(out[0][0].GetError(), errNoHooksSQL) {
 		t.Fatalf("want errNoHooksSQL, got %v", out)
 	}

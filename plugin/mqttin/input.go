@@ -52,6 +52,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
@@ -416,7 +417,7 @@ func (i *input) Connect(ctx context.Context) error {
 	}
 	if i.client == nil {
 		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
-			OnMessage: func(conn mqttclient.Conn, msg mqttclient.Message) {
+			OnMessage: func(conn mqttclient.Conn, msg mqttmsg.Message) {
 				i.resumed.OnMessage(conn.Gen(), msg)
 				i.in.OnMessage(conn, msg)
 			},

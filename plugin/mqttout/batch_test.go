@@ -3,7 +3,6 @@ package mqttout_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -41,7 +41,7 @@ func storedIDs(t *testing.T, path string) []string {
 // their order and only the bad one is reported failed.
 func TestBatchFailsOnlyItsBadMessageAndStoresTheRestInOrder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	send, stop := startBatchPipeline(t, outputConf(unreachable, path))
+	p := streamtest.StartBatches(t, outputConf(unreachable, path))
 
 	var batch service.MessageBatch
 	var want []string
@@ -59,14 +59,14 @@ func TestBatchFailsOnlyItsBadMessageAndStoresTheRestInOrder(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := send(ctx, batch)
+	err := p.SendBatch(ctx, batch)
 	if err == nil || !strings.Contains(err.Error(), "not valid") {
 		t.Fatalf("batch with one invalid event ID: got %v, want an error naming it", err)
 	}
 	if !strings.Contains(err.Error(), "1 of 10 messages failed") {
 		t.Fatalf("got %v, want the batch error to count 1 of 10 failed", err)
 	}
-	stop()
+	p.Stop()
 	got := storedIDs(t, path)
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("stored %v, want %v", got, want)
@@ -78,7 +78,7 @@ func TestBatchFailsOnlyItsBadMessageAndStoresTheRestInOrder(t *testing.T) {
 func TestDirectModeBatchReturnsOnceEveryMessageIsACKed(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	acker := harness.StartAcker(t, m.URL(), "direct/data", "direct/acks", nil)
-	send, _ := startBatchPipeline(t, fmt.Sprintf(`
+	p := streamtest.StartBatches(t, fmt.Sprintf(`
 reliable_mqtt_out:
   urls: [ %q ]
   topic: test/direct
@@ -94,7 +94,7 @@ reliable_mqtt_out:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := send(ctx, batch); err != nil {
+	if err := p.SendBatch(ctx, batch); err != nil {
 		t.Fatalf("direct batch with an ACKing consumer: %v", err)
 	}
 	if n := len(acker.Seen()); n < 5 {
@@ -102,45 +102,12 @@ reliable_mqtt_out:
 	}
 }
 
-// startBatchPipeline runs output YAML in a stream fed whole batches: send
-// returns a batch's verdict, stop shuts the stream down (bounded; it also
-// runs at cleanup).
-func startBatchPipeline(t *testing.T, outputYAML string) (send func(context.Context, service.MessageBatch) error, stop func()) {
-	t.Helper()
-	sb := service.NewStreamBuilder()
-	sb.SetLogger(slog.New(slog.NewTextHandler(&harness.LogBuffer{}, nil)))
-	send, err := sb.AddBatchProducerFunc()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.AddOutputYAML(outputYAML); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := sb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = stream.Run(context.Background()) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			if err := stream.Stop(ctx); err != nil {
-				t.Errorf("stream stop: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return send, stop
-}
-
 // TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored: with a batching
 // policy every write is acknowledged, and each acknowledged write is in the
 // file.
 func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "batching", "{ count: 4, period: 20ms }", "max_in_flight", "4"))
+	p := streamtest.Start(t, outputConf(unreachable, path, "batching", "{ count: 4, period: 20ms }", "max_in_flight", "4"))
 	const n = 10
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -148,7 +115,7 @@ func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.write(30*time.Second, fmt.Sprint(i), "n", "x", "id", fmt.Sprintf("ev-%d", i))
+			errs[i] = p.Write(30*time.Second, fmt.Sprint(i), "n", "x", "id", fmt.Sprintf("ev-%d", i))
 		}()
 	}
 	wg.Wait()
@@ -157,7 +124,7 @@ func TestBatchingPolicyAcknowledgesEveryWriteAfterItIsStored(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	p.stop()
+	p.Stop()
 	if got := storedIDs(t, path); len(got) != n {
 		t.Fatalf("stored %d records (%v), want %d", len(got), got, n)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -76,10 +77,10 @@ func outputConf(url, outboxPath string, fields ...string) string {
 }
 
 // waitDrained waits until the output's stats line reports an empty outbox.
-func waitDrained(t *testing.T, p *pipeline) {
+func waitDrained(t *testing.T, p *streamtest.Stream) {
 	t.Helper()
 	harness.Eventually(t, waitLong, "the outbox to drain", func() bool {
-		lines := strings.Split(p.logs.String(), "\n")
+		lines := strings.Split(p.Logs.String(), "\n")
 		for i := len(lines) - 1; i >= 0; i-- {
 			if strings.Contains(lines[i], " pending (") {
 				return strings.Contains(lines[i], "; 0 pending (0 bytes)")
@@ -95,14 +96,14 @@ func TestPublishesEveryMessageInFIFOOrderAndEmptiesTheOutbox(t *testing.T) {
 			brokers(t, func(t *testing.T, clientURL, outputURL string) {
 				const n = 300
 				path := filepath.Join(t.TempDir(), "outbox.db")
-				p := startPipeline(t, outputConf(outputURL, path, "window", strconv.Itoa(window), "topic", "test/fifo"))
+				p := streamtest.Start(t, outputConf(outputURL, path, "window", strconv.Itoa(window), "topic", "test/fifo"))
 				// Let the output (and an embedded broker) start before subscribing.
-				if err := p.write(10*time.Second, "0", "n", "x"); err != nil {
+				if err := p.Write(10*time.Second, "0", "n", "x"); err != nil {
 					t.Fatal(err)
 				}
 				sub := harness.Subscribe(t, clientURL, "fifo-sub", true, "test/fifo")
 				for i := 1; i <= n; i++ {
-					if err := p.write(10*time.Second, strconv.Itoa(i)); err != nil {
+					if err := p.Write(10*time.Second, strconv.Itoa(i)); err != nil {
 						t.Fatalf("write %d: %v", i, err)
 					}
 				}
@@ -132,7 +133,7 @@ func TestPublishesEveryMessageInFIFOOrderAndEmptiesTheOutbox(t *testing.T) {
 					}
 				}
 				waitDrained(t, p)
-				p.stop()
+				p.Stop()
 				if left := pendingIn(t, path); left != 0 {
 					t.Fatalf("outbox holds %d records after every confirmation", left)
 				}
@@ -153,8 +154,8 @@ func lastIs(s *harness.Subscriber, payload string) bool {
 func TestEndToEndRecordStaysUntilItsExactACK(t *testing.T) {
 	brokers(t, func(t *testing.T, clientURL, outputURL string) {
 		path := filepath.Join(t.TempDir(), "outbox.db")
-		p := startPipeline(t, outputConf(outputURL, path, "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks", "ack_timeout", "30s"))
-		if err := p.write(10*time.Second, `{"warmup":true}`, "n", "w", "id", "warmup"); err != nil {
+		p := streamtest.Start(t, outputConf(outputURL, path, "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks", "ack_timeout", "30s"))
+		if err := p.Write(10*time.Second, `{"warmup":true}`, "n", "w", "id", "warmup"); err != nil {
 			t.Fatal(err)
 		}
 
@@ -170,37 +171,37 @@ func TestEndToEndRecordStaysUntilItsExactACK(t *testing.T) {
 			good, _ := envelope.EncodeAck(in.EventID)
 			return append(forged, good, good) // the second good one is a duplicate
 		})
-		if err := p.write(10*time.Second, `{"temperature":25.2}`, "n", "a", "id", "evt-1"); err != nil {
+		if err := p.Write(10*time.Second, `{"temperature":25.2}`, "n", "a", "id", "evt-1"); err != nil {
 			t.Fatal(err)
 		}
 		harness.Eventually(t, waitLong, "the envelope at the consumer", func() bool { return seenID(acker, "evt-1") })
 		harness.Eventually(t, waitLong, "forged ACKs to be ignored", func() bool {
-			return p.logs.Contains("Ignoring malformed ACK") && p.logs.Contains("Ignoring unknown ACK for event ")
+			return p.Logs.Contains("Ignoring malformed ACK") && p.Logs.Contains("Ignoring unknown ACK for event ")
 		})
 		// Publishers sharing an ACK topic see each other's ACKs: one warning
 		// line per reason and interval, not one per ACK.
-		if n := strings.Count(p.logs.String(), "Ignoring unknown ACK"); n != 1 {
+		if n := strings.Count(p.Logs.String(), "Ignoring unknown ACK"); n != 1 {
 			t.Fatalf("%d warning lines for unknown ACKs within seconds, want 1", n)
 		}
 
 		// Phase 2: an honest consumer. The restarted output resends both
 		// pending records, oldest first, and they are ACKed (twice each).
 		honest.Store(true)
-		p.stop()
+		p.Stop()
 		if left := pendingIn(t, path); left != 2 {
 			t.Fatalf("outbox holds %d records, want 2 (warmup and evt-1: forged ACKs must not delete)", left)
 		}
-		p = startPipeline(t, outputConf(outputURL, path, "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks"))
+		p = streamtest.Start(t, outputConf(outputURL, path, "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks"))
 		waitDrained(t, p)
 		harness.Eventually(t, waitLong, "a duplicate ACK to be counted", func() bool {
-			return p.logs.Contains("Ignoring duplicate ACK for event")
+			return p.Logs.Contains("Ignoring duplicate ACK for event")
 		})
 		for _, in := range acker.Seen() {
 			if in.EventID == "evt-1" && (in.Topic != "test/a" || string(in.Payload) != `{"temperature":25.2}`) {
 				t.Fatalf("envelope carried topic %q payload %s", in.Topic, in.Payload)
 			}
 		}
-		p.stop()
+		p.Stop()
 		if left := pendingIn(t, path); left != 0 {
 			t.Fatalf("outbox holds %d records after honest ACKs", left)
 		}
@@ -218,7 +219,7 @@ func seenID(a *harness.Acker, id string) bool {
 
 func TestInvalidMessagesAreRejectedWithAClearErrorAndNothingIsStored(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "confirm", "end_to_end", "max_payload_bytes", "200", "topic", `'${! meta("n").or("") }'`))
+	p := streamtest.Start(t, outputConf(unreachable, path, "confirm", "end_to_end", "max_payload_bytes", "200", "topic", `'${! meta("n").or("") }'`))
 	cases := []struct {
 		name, payload, topic, id, wantErr string
 	}{
@@ -233,12 +234,12 @@ func TestInvalidMessagesAreRejectedWithAClearErrorAndNothingIsStored(t *testing.
 		{"oversized", `"` + strings.Repeat("a", 300) + `"`, "ok", "", "exceeds max_payload_bytes"},
 	}
 	for _, c := range cases {
-		err := p.write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
+		err := p.Write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
 		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 			t.Errorf("%s: got error %v, want one containing %q", c.name, err, c.wantErr)
 		}
 	}
-	p.stop()
+	p.Stop()
 	if left := pendingIn(t, path); left != 0 {
 		t.Fatalf("rejected messages left %d records in the outbox", left)
 	}
@@ -246,17 +247,17 @@ func TestInvalidMessagesAreRejectedWithAClearErrorAndNothingIsStored(t *testing.
 
 func TestRetriedEventIDIsIdempotentAndConflictingContentFails(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path))
+	p := streamtest.Start(t, outputConf(unreachable, path))
 	for i := 0; i < 2; i++ {
-		if err := p.write(10*time.Second, "same", "n", "a", "id", "evt-7"); err != nil {
+		if err := p.Write(10*time.Second, "same", "n", "a", "id", "evt-7"); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	err := p.write(10*time.Second, "different", "n", "a", "id", "evt-7")
+	err := p.Write(10*time.Second, "different", "n", "a", "id", "evt-7")
 	if err == nil || !strings.Contains(err.Error(), "evt-7") {
 		t.Fatalf("conflicting content under evt-7: got %v, want an error naming the event", err)
 	}
-	p.stop()
+	p.Stop()
 	if left := pendingIn(t, path); left != 1 {
 		t.Fatalf("outbox holds %d records, want exactly 1", left)
 	}
@@ -264,21 +265,21 @@ func TestRetriedEventIDIsIdempotentAndConflictingContentFails(t *testing.T) {
 
 func TestFullOutboxBlocksWritesInsteadOfDropping(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "outbox", fmt.Sprintf("{ path: %q, max_pending: 3 }", path)))
+	p := streamtest.Start(t, outputConf(unreachable, path, "outbox", fmt.Sprintf("{ path: %q, max_pending: 3 }", path)))
 	for i := 0; i < 3; i++ {
-		if err := p.write(10*time.Second, strconv.Itoa(i), "n", "a"); err != nil {
+		if err := p.Write(10*time.Second, strconv.Itoa(i), "n", "a"); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
 	start := time.Now()
-	err := p.write(time.Second, "3", "n", "a")
+	err := p.Write(time.Second, "3", "n", "a")
 	if err == nil {
 		t.Fatal("a write into a full outbox succeeded")
 	}
 	if time.Since(start) < 900*time.Millisecond {
 		t.Fatalf("the write into a full outbox failed at once (%v) instead of waiting", err)
 	}
-	p.stop()
+	p.Stop()
 	if left := pendingIn(t, path); left != 3 {
 		t.Fatalf("outbox holds %d records, want 3", left)
 	}
@@ -288,15 +289,15 @@ func TestRestartContinuesWithTheSameIDsOldestFirst(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	conf := outputConf(unreachable, path, "envelope", "delivery", "window", "1", "topic", "test/restart")
-	p := startPipeline(t, conf)
+	p := streamtest.Start(t, conf)
 	for i := 0; i < 50; i++ {
-		if err := p.write(10*time.Second, strconv.Itoa(i)); err != nil {
+		if err := p.Write(10*time.Second, strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p.stop()
+	p.Stop()
 	sub := harness.Subscribe(t, m.URL(), "restart-sub", true, "test/restart")
-	p = startPipeline(t, strings.Replace(conf, unreachable, m.URL(), 1))
+	p = streamtest.Start(t, strings.Replace(conf, unreachable, m.URL(), 1))
 	harness.Eventually(t, waitLong, "50 deliveries", func() bool { return sub.Count() >= 50 })
 	waitDrained(t, p)
 	ids := map[string]bool{}
@@ -331,18 +332,18 @@ reliable_mqtt_out:
 `, m.URL(), ackTopic)
 	}
 	acker := harness.StartAcker(t, m.URL(), "direct/data", "direct/acks", nil)
-	p := startPipeline(t, conf("direct/acks"))
-	if err := p.write(20*time.Second, `{"a":1}`); err != nil {
+	p := streamtest.Start(t, conf("direct/acks"))
+	if err := p.Write(20*time.Second, `{"a":1}`); err != nil {
 		t.Fatalf("direct write with an ACKing consumer: %v", err)
 	}
 	if len(acker.Seen()) == 0 {
 		t.Fatal("write returned before the consumer had the message")
 	}
-	p.stop()
+	p.Stop()
 
 	// ACKs go to a topic this output does not listen on: the write must fail.
-	p = startPipeline(t, conf("direct/elsewhere"))
-	err := p.write(20*time.Second, `{"a":2}`)
+	p = streamtest.Start(t, conf("direct/elsewhere"))
+	err := p.Write(20*time.Second, `{"a":2}`)
 	if err == nil || !strings.Contains(err.Error(), "no ACK") {
 		t.Fatalf("direct write without ACK: got %v, want a timeout error", err)
 	}
@@ -354,10 +355,10 @@ func TestForeignOutboxFileIsRefusedAtStartAndLeftUntouched(t *testing.T) {
 	if err := os.WriteFile(path, garbage, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startPipeline(t, outputConf(unreachable, path))
+	p := streamtest.Start(t, outputConf(unreachable, path))
 	select {
-	case err := <-p.done:
-		if err == nil || !strings.Contains(err.Error(), path) {
+	case <-p.Ended():
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), path) {
 			t.Fatalf("stream ended with %v, want an error naming %s", err, path)
 		}
 	case <-time.After(waitLong):
@@ -375,8 +376,8 @@ func TestForeignOutboxFileIsRefusedAtStartAndLeftUntouched(t *testing.T) {
 // too (not permanent: the flag's cause may pass). Nothing is stored.
 func TestPermanentRefusalsSaySoAndNullEventIDIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "event_id", `'${! meta("id") }'`, "max_payload_bytes", "100"))
-	err := p.write(10*time.Second, `{}`, "n", "a")
+	p := streamtest.Start(t, outputConf(unreachable, path, "event_id", `'${! meta("id") }'`, "max_payload_bytes", "100"))
+	err := p.Write(10*time.Second, `{}`, "n", "a")
 	if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), `event_id evaluated to "null"`) || !strings.Contains(err.Error(), `.or("")`) {
 		t.Fatalf("null event ID: got %v, want a permanent error naming event_id and the .or(\"\") fix", err)
 	}
@@ -385,7 +386,7 @@ func TestPermanentRefusalsSaySoAndNullEventIDIsRefused(t *testing.T) {
 		{strings.Repeat("x", 200), "a", "ok-2"},
 		{`{}`, "a", "bad id"},
 	} {
-		err := p.write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
+		err := p.Write(10*time.Second, c.payload, "n", c.topic, "id", c.id)
 		if err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
 			t.Errorf("topic %q id %q: got %v, want an error starting with %q", c.topic, c.id, err, mqttout.PermanentPrefix)
 		}
@@ -396,11 +397,11 @@ func TestPermanentRefusalsSaySoAndNullEventIDIsRefused(t *testing.T) {
 	flagged.MetaSetMut("n", "a")
 	flagged.MetaSetMut("id", "ok-3")
 	flagged.SetError(errors.New("upstream processor failed"))
-	err = p.send(ctx, flagged)
+	err = p.Send(ctx, flagged)
 	if err == nil || strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) || !strings.Contains(err.Error(), "upstream processor failed") {
 		t.Fatalf("flagged message: got %v, want a (transient) refusal carrying the flag's error", err)
 	}
-	p.stop()
+	p.Stop()
 	if left := pendingIn(t, path); left != 0 {
 		t.Fatalf("refused messages left %d records in the outbox", left)
 	}
@@ -440,12 +441,12 @@ func TestUnreadableRecordIsSkippedAndKeptWhileTheOthersAreDelivered(t *testing.T
 	}
 
 	sub := harness.Subscribe(t, m.URL(), "corrupt-sub", true, "test/corrupt")
-	p := startPipeline(t, outputConf(m.URL(), path)) // a window wider than the damage: Read returns records before it too
+	p := streamtest.Start(t, outputConf(m.URL(), path)) // a window wider than the damage: Read returns records before it too
 	harness.Eventually(t, waitLong, "both readable records delivered", func() bool { return sub.Count() >= 2 })
 	harness.Eventually(t, waitLong, "the damaged record reported", func() bool {
-		return p.logs.Contains(fmt.Sprintf("record seq %d", bad))
+		return p.Logs.Contains(fmt.Sprintf("record seq %d", bad))
 	})
-	p.stop()
+	p.Stop()
 	var got []string
 	for _, msg := range sub.Messages() {
 		got = append(got, string(msg.Payload))
@@ -481,20 +482,20 @@ func TestForgedACKsDoNotConfirmWhenACKsAreAuthenticated(t *testing.T) {
 		good, _ := envelope.EncodeAuthAck(in.EventID, []byte("old-key"))
 		return [][]byte{good}
 	})
-	p := startPipeline(t, outputConf(m.URL(), path, "confirm", "end_to_end", "data_topic", "auth/data", "ack_topic", "auth/acks",
+	p := streamtest.Start(t, outputConf(m.URL(), path, "confirm", "end_to_end", "data_topic", "auth/data", "ack_topic", "auth/acks",
 		"ack_timeout", "1s", "ack_auth_keys", "[ new-key, old-key ]"))
-	if err := p.write(10*time.Second, `{"v":1}`, "n", "a", "id", "evt-auth"); err != nil {
+	if err := p.Write(10*time.Second, `{"v":1}`, "n", "a", "id", "evt-auth"); err != nil {
 		t.Fatal(err)
 	}
 	// Resent after each ack_timeout: it was not confirmed by the forgeries.
 	harness.Eventually(t, waitLong, "the record published three times", func() bool { return len(acker.Seen()) >= 3 })
-	if !p.logs.Contains("Ignoring unauthenticated ACK for event evt-auth") {
-		t.Fatalf("no unauthenticated ACK logged:\n%s", p.logs.String())
+	if !p.Logs.Contains("Ignoring unauthenticated ACK for event evt-auth") {
+		t.Fatalf("no unauthenticated ACK logged:\n%s", p.Logs.String())
 	}
 	// Stats lines come in order, and the first ones (before the write)
 	// show an empty outbox: none after one that shows the record may.
-	harness.Eventually(t, waitLong, "a stats line with the record pending", func() bool { return p.logs.Contains("; 1 pending (") })
-	if log := p.logs.String(); strings.Contains(log[strings.Index(log, "; 1 pending ("):], "; 0 pending (0 bytes)") {
+	harness.Eventually(t, waitLong, "a stats line with the record pending", func() bool { return p.Logs.Contains("; 1 pending (") })
+	if log := p.Logs.String(); strings.Contains(log[strings.Index(log, "; 1 pending ("):], "; 0 pending (0 bytes)") {
 		t.Fatal("the outbox emptied on forged ACKs")
 	}
 	honest.Store(true)
@@ -508,21 +509,21 @@ func TestForgedACKsDoNotConfirmWhenACKsAreAuthenticated(t *testing.T) {
 func TestRetainedIsSetFromConfigOrPerMessage(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(m.URL(), path, "retained", "true", "topic", "ret/const"))
-	if err := p.write(10*time.Second, "kept", "id", "r-1"); err != nil {
+	p := streamtest.Start(t, outputConf(m.URL(), path, "retained", "true", "topic", "ret/const"))
+	if err := p.Write(10*time.Second, "kept", "id", "r-1"); err != nil {
 		t.Fatal(err)
 	}
 	waitDrained(t, p)
-	p.stop()
+	p.Stop()
 
-	d := startPipeline(t, outputConf(m.URL(), path, "outbox", "{ enabled: false }", "retained", `'${! meta("r") }'`))
-	if err := d.write(10*time.Second, "yes", "n", "a", "r", "true"); err != nil {
+	d := streamtest.Start(t, outputConf(m.URL(), path, "outbox", "{ enabled: false }", "retained", `'${! meta("r") }'`))
+	if err := d.Write(10*time.Second, "yes", "n", "a", "r", "true"); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.write(10*time.Second, "no", "n", "b", "r", "false"); err != nil {
+	if err := d.Write(10*time.Second, "no", "n", "b", "r", "false"); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.write(10*time.Second, "bad", "n", "c", "r", "maybe"); err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
+	if err := d.Write(10*time.Second, "bad", "n", "c", "r", "maybe"); err == nil || !strings.HasPrefix(err.Error(), mqttout.PermanentPrefix) {
 		t.Fatalf("retained \"maybe\": got %v, want a permanent refusal", err)
 	}
 

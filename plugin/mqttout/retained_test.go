@@ -7,6 +7,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -23,8 +24,8 @@ func TestRetainedACKIsWarnedAbout(t *testing.T) {
 	}
 	c.Disconnect(100)
 
-	p := startPipeline(t, outputConf(m.URL(), filepath.Join(t.TempDir(), "outbox.db"), "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks"))
+	p := streamtest.Start(t, outputConf(m.URL(), filepath.Join(t.TempDir(), "outbox.db"), "confirm", "end_to_end", "data_topic", "e2e/data", "ack_topic", "e2e/acks"))
 	harness.Eventually(t, 30*time.Second, "a warning about the retained ACK", func() bool {
-		return p.logs.Contains("A retained message arrived on the ACK topic") && p.logs.Contains("mosquitto_pub -r -n -t 'e2e/acks'")
+		return p.Logs.Contains("A retained message arrived on the ACK topic") && p.Logs.Contains("mosquitto_pub -r -n -t 'e2e/acks'")
 	})
 }

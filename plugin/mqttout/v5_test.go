@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 )
 
 // startErr builds and runs a stream with output YAML and returns the error
@@ -74,18 +76,18 @@ func TestMQTT5FieldsAreRefusedAtStartWhereTheyCannotApply(t *testing.T) {
 // is idempotent only when they are equal too.
 func TestRetriedEventIDWithOtherPropertiesConflicts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	p := startPipeline(t, outputConf(unreachable, path, "protocol_version", `"5"`, "envelope", "properties",
+	p := streamtest.Start(t, outputConf(unreachable, path, "protocol_version", `"5"`, "envelope", "properties",
 		"user_properties", `{ site: '${! meta("site") }' }`))
 	for i := 0; i < 2; i++ {
-		if err := p.write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s1"); err != nil {
+		if err := p.Write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s1"); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	err := p.write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s2")
+	err := p.Write(10*time.Second, "same", "n", "a", "id", "evt-7", "site", "s2")
 	if err == nil || !strings.Contains(err.Error(), "evt-7") {
 		t.Fatalf("the same event ID with another user property: got %v, want an error naming the event", err)
 	}
-	p.stop()
+	p.Stop()
 	if left := pendingIn(t, path); left != 1 {
 		t.Fatalf("outbox holds %d records, want exactly 1", left)
 	}

@@ -38,7 +38,7 @@ func startPoisonRig(t *testing.T, custody bool) *poisonRig {
 	r.deadLetters = harness.Subscribe(t, r.dest.URL(), "poison-dlq", false, deadLetterTopic)
 	r.publisherAck = harness.Subscribe(t, r.source.URL(), "poison-acks", false, "reliable/acks")
 
-	conf := shippedConfig(t, "bridge.yaml")
+	conf := harness.ShippedConfig(t, "bridge.yaml")
 	const pad = "                "
 	dlURLs := pad + `urls: [ "${DEST_BROKER:embedded://?dir=./reliable-mqtt-data/cloud}" ]` + "\n" + pad + "client_id: ${BRIDGE_ID:bridge-1}-dead-letter"
 	if !strings.Contains(conf, dlURLs) {

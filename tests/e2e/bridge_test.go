@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,15 +23,6 @@ type bridgeRig struct {
 	consumer     *harness.Proc
 }
 
-func shippedConfig(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(t), "config", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func startBridgeRig(t *testing.T, n int, custody bool) *bridgeRig {
 	t.Helper()
 	r := &bridgeRig{
@@ -49,9 +39,9 @@ func startBridgeRig(t *testing.T, n int, custody bool) *bridgeRig {
 		"PUBLISH_INTERVAL=5ms", fmt.Sprintf("PUBLISH_COUNT=%d", n), "STATS_INTERVAL=200ms",
 	}
 	args := []string{"--log.level", "info", "-s", "http.enabled=false"}
-	r.consumer = harness.RunPipeline(t, shippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
-	r.bridge = harness.RunPipeline(t, shippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
-	r.publisher = harness.RunPipeline(t, shippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
+	r.consumer = harness.RunPipeline(t, harness.ShippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
+	r.bridge = harness.RunPipeline(t, harness.ShippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
+	r.publisher = harness.RunPipeline(t, harness.ShippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("bridge log tail:\n%s", harness.TailLines(r.bridge.Log(), 40))

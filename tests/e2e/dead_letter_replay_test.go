@@ -65,7 +65,7 @@ func TestDeadLetterCarriesItsIdentityAndIsReplayedAfterTheFix(t *testing.T) {
 
 	// The replay's session exists before anything is dead-lettered, as the
 	// config's comment asks: run it once, stop it.
-	replay := harness.RunPipeline(t, shippedConfig(t, "replay_dead_letters.yaml"), harness.ProcOptions{Env: env, Args: []string{"-s", "http.address=" + httpAddr(t)}})
+	replay := harness.RunPipeline(t, harness.ShippedConfig(t, "replay_dead_letters.yaml"), harness.ProcOptions{Env: env, Args: []string{"-s", "http.address=" + httpAddr(t)}})
 	if !replay.WaitForLog("Input type reliable_mqtt_in is now active", 2*time.Minute) {
 		t.Fatal("the replay's input never became active")
 	}
@@ -73,7 +73,7 @@ func TestDeadLetterCarriesItsIdentityAndIsReplayedAfterTheFix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bridge := harness.RunPipeline(t, shippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: []string{"-s", "http.address=" + httpAddr(t)}})
+	bridge := harness.RunPipeline(t, harness.ShippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: []string{"-s", "http.address=" + httpAddr(t)}})
 	if !bridge.WaitForLog("Input type reliable_mqtt_in is now active", 2*time.Minute) {
 		t.Fatal("the bridge's input never became active")
 	}
@@ -98,7 +98,7 @@ func TestDeadLetterCarriesItsIdentityAndIsReplayedAfterTheFix(t *testing.T) {
 	if err := bridge.Stop(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	bridge = harness.RunPipeline(t, shippedConfig(t, "bridge.yaml"), harness.ProcOptions{
+	bridge = harness.RunPipeline(t, harness.ShippedConfig(t, "bridge.yaml"), harness.ProcOptions{
 		Env: append(env, fmt.Sprintf("MAX_PAYLOAD_BYTES=%d", 20<<20)), Args: []string{"-s", "http.address=" + httpAddr(t)}})
 	if !bridge.WaitForLog("Input type reliable_mqtt_in is now active", 2*time.Minute) {
 		t.Fatal("the restarted bridge's input never became active")

@@ -576,7 +576,7 @@ func TestLedgerStatAndLookupOnSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys := []sqlledger.Key{{Namespace: "p", ID: "a"}, {Namespace: "p", ID: "b"}, {Namespace: "q", ID: "a"}}
+			keys := []claims.Key{{Namespace: "p", ID: "a"}, {Namespace: "p", ID: "b"}, {Namespace: "q", ID: "a"}}
 			hashes := [][]byte{{1, 2}, {3, 4}, {5, 6}}
 			if _, err := s.Record(ctx, keys, hashes); err != nil {
 				t.Fatal(err)
@@ -693,7 +693,7 @@ func TestLedgerCommandsPointAtTheSQLFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Record(ctx, []sqlledger.Key{{Namespace: "sensor-1", ID: "ev-42"}}, [][]byte{{1}}); err != nil {
+	if _, err := s.Record(ctx, []claims.Key{{Namespace: "sensor-1", ID: "ev-42"}}, [][]byte{{1}}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,14 +40,7 @@ const lastHopDefault = 10_000
 // variant took 6m38s and lost 158,635 of the 200,000; the end-to-end
 // variant took 13m46s and applied all 200,000, once each).
 func TestLastHop(t *testing.T) {
-	n := lastHopDefault
-	if s := os.Getenv(LastHopMessagesEnv); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			t.Fatalf("%s=%q: want a positive number of messages", LastHopMessagesEnv, s)
-		}
-		n = v
-	}
+	n := harness.EnvCount(t, LastHopMessagesEnv, lastHopDefault)
 	t.Run("broker", func(t *testing.T) {
 		applied, took := lastHopRun(t, n, false)
 		t.Logf("confirm: broker: the publisher's outbox drained (all %d confirmed); the consumer applied %d, %d lost (%s)", n, applied, n-applied, took)
@@ -83,8 +74,8 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 
 	// Readings reach the outbox in order either way; 64 writes in flight
 	// share fsyncs, so the publisher is not what the test measures.
-	pub := mustReplace(t, shippedConfig(t, "publisher.yaml"), "max_in_flight: 1 ", "max_in_flight: 64 ")
-	bridge, consumer := shippedConfig(t, "bridge.yaml"), shippedConfig(t, "consumer.yaml")
+	pub := mustReplace(t, harness.ShippedConfig(t, "publisher.yaml"), "max_in_flight: 1 ", "max_in_flight: 64 ")
+	bridge, consumer := harness.ShippedConfig(t, "bridge.yaml"), harness.ShippedConfig(t, "consumer.yaml")
 	if !endToEnd {
 		// The bridge's forwarding output, at whatever depth the shipped
 		// file nests it (under fallback/switch): same indentation.

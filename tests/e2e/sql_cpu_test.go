@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -71,13 +70,7 @@ func TestSQLConsumerCPUPerEvent(t *testing.T) {
 	if os.Getenv(MeasureCPUEnv) == "" && os.Getenv(BeforeBinaryEnv) == "" {
 		t.Skipf("a measurement (about 70 s), not a check the group tests lack: set %s=1 or %s to run it", MeasureCPUEnv, BeforeBinaryEnv)
 	}
-	rounds, n := 2, 3000
-	if v, err := strconv.Atoi(os.Getenv(RoundsEnv)); err == nil && v > 0 {
-		rounds = v
-	}
-	if v, err := strconv.Atoi(os.Getenv(EventsEnv)); err == nil && v > 0 {
-		n = v
-	}
+	rounds, n := harness.EnvCount(t, RoundsEnv, 2), harness.EnvCount(t, EventsEnv, 3000)
 	profDir := os.Getenv(ProfileDirEnv)
 	type build struct {
 		name, bin string
@@ -88,7 +81,7 @@ func TestSQLConsumerCPUPerEvent(t *testing.T) {
 	if b := os.Getenv(BeforeBinaryEnv); b != "" {
 		builds = []build{{"before", b, 0, ""}, {"this", "", 0, ""}}
 	}
-	if n, err := strconv.Atoi(os.Getenv(CompareConnsEnv)); err == nil && n > 0 {
+	if n := harness.EnvCount(t, CompareConnsEnv, 0); n > 0 {
 		builds = append(builds, build{fmt.Sprintf("this, max_open_conns %d", n), "", n, ""})
 	}
 	if e := os.Getenv(CompareEnvEnv); e != "" {

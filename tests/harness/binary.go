@@ -56,6 +56,16 @@ func ModuleRoot(t testing.TB) string {
 	return root
 }
 
+// ShippedConfig is the text of config/<name>, a config the project ships.
+func ShippedConfig(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ModuleRoot(t), "config", name))
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return string(b)
+}
+
 func moduleRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {

@@ -181,9 +181,6 @@ func (m *Mosquitto) Port() int { return m.port }
 // PersistenceDir is where the broker keeps mosquitto.db (when persistent).
 func (m *Mosquitto) PersistenceDir() string { return filepath.Join(m.dir, "data") }
 
-// ConfigPath is the generated config file.
-func (m *Mosquitto) ConfigPath() string { return m.conf }
-
 // Pid of the running broker, 0 if it is not running.
 func (m *Mosquitto) Pid() int {
 	proc, _ := m.current()

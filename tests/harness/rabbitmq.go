@@ -204,9 +204,6 @@ func (nd *RabbitNode) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(nd.mqttPort))
 }
 
-// MQTTPort is the port of the node's MQTT listener.
-func (nd *RabbitNode) MQTTPort() int { return nd.mqttPort }
-
 func (nd *RabbitNode) current() (*child, int64) {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()

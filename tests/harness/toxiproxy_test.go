@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"testing"
 	"time"
@@ -84,4 +85,63 @@ func TestLinkDelaysBlackholesAndResets(t *testing.T) {
 		t.Fatal("a round trip succeeded through reset_peer")
 	}
 	l.RemoveAll(rs)
+}
+
+// A sliced link delivers the upstream bytes intact and in order, in more
+// than one piece: what a receiver must reassemble.
+func TestLinkSlicesTheUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		data  []byte
+		reads int
+		err   error
+	}
+	const size = 1000
+	got := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { got <- r }()
+		c, err := ln.Accept()
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, size)
+		for len(r.data) < size && r.err == nil {
+			var n int
+			n, r.err = c.Read(buf)
+			r.data = append(r.data, buf[:n]...)
+			if n > 0 {
+				r.reads++
+			}
+		}
+	}()
+	l := NewLink(t, ln.Addr().String())
+	l.Slicer(10, 0, 5*time.Millisecond)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sent := make([]byte, size)
+	for i := range sent {
+		sent[i] = byte(i)
+	}
+	if _, err := c.Write(sent); err != nil { // one write: one chunk for the proxy to slice
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || !bytes.Equal(r.data, sent) {
+		t.Fatalf("the target read %d of %d bytes intact=%v (%v)", len(r.data), size, bytes.Equal(r.data, sent), r.err)
+	}
+	if r.reads < 2 {
+		t.Fatalf("the target read %d bytes in %d piece(s) through a slicer of 10-byte pieces 5 ms apart", size, r.reads)
+	}
+	t.Logf("%d bytes arrived in %d reads", size, r.reads)
 }

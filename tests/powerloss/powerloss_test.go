@@ -35,7 +35,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,16 +54,7 @@ const SeedEnv = "POWERLOSS_SEED"
 
 func testRand(t *testing.T, stream uint64) *rand.Rand { return harness.Rand(t, SeedEnv, stream) }
 
-func cuts(t *testing.T, def int) int {
-	if s := os.Getenv("POWERLOSS_CUTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("POWERLOSS_CUTS=%q: want a positive integer", s)
-		}
-		return n
-	}
-	return def
-}
+func cuts(t *testing.T, def int) int { return harness.EnvCount(t, "POWERLOSS_CUTS", def) }
 
 // The scenario: three processes at once, one per durable path, each on its
 // own file on the guest's disk. A line "X <cycle>-<n>" is printed only
@@ -82,34 +72,14 @@ func cuts(t *testing.T, def int) int {
 //	   then the line.
 var configs = map[string]string{
 	"cfg/a.yaml": outboxConfig("A", "", "tcp://127.0.0.1:1", "", "powerloss/a", "/data/outbox.db"),
-	"cfg/b.yaml": `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: ""
-    mapping: |
-      let id = "B-" + env("CYCLE") + "-" + counter().string()
-      root = $id
-      meta event_id = $id
-pipeline:
+	"cfg/b.yaml": idSource("B") + `pipeline:
   processors:
     - dedup_ledger: { path: /data/ledger.db, commit: immediate }
     - mapping: 'root = content().string() + "\n"'
 output:
   stdout: { codec: all-bytes }
 `,
-	"cfg/c.yaml": `
-http: {enabled: false}
-logger: {level: WARN}
-input:
-  generate:
-    interval: ""
-    mapping: |
-      let id = "C-" + env("CYCLE") + "-" + counter().string()
-      root = $id
-      meta event_id = $id
-pipeline:
+	"cfg/c.yaml": idSource("C") + `pipeline:
   processors:
     - dedup_ledger:
         sql:
@@ -123,42 +93,32 @@ pipeline:
 output:
   stdout: { codec: all-bytes }
 `,
-	"cfg/d.yaml": `
+	"cfg/d.yaml": idSource("D") + `pipeline:
+  processors:
+    - dedup_ledger: { path: /data/relay.db, commit: immediate }
+` + outboxThenStdout("tcp://127.0.0.1:1", "", "powerloss/d", "/data/relay.db"),
+}
+
+// idSource starts paths B, C and D: generate as fast as it goes, each
+// message "<prefix>-<cycle>-<n>" with that as its event_id.
+func idSource(prefix string) string {
+	return fmt.Sprintf(`
 http: {enabled: false}
 logger: {level: WARN}
 input:
   generate:
     interval: ""
     mapping: |
-      let id = "D-" + env("CYCLE") + "-" + counter().string()
+      let id = "%s-" + env("CYCLE") + "-" + counter().string()
       root = $id
       meta event_id = $id
-pipeline:
-  processors:
-    - dedup_ledger: { path: /data/relay.db, commit: immediate }
-output:
-  broker:
-    pattern: fan_out_sequential
-    outputs:
-      - reliable_mqtt_out:
-          urls: [ "tcp://127.0.0.1:1" ]
-          topic: powerloss/d
-          event_id: '${! content() }'
-          outbox: { path: /data/relay.db }
-      - stdout: { codec: all-bytes }
-        processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`,
+`, prefix)
 }
 
 // outboxConfig is path A's pipeline: generate (every interval; "" as
-// fast as it goes) -> fan_out_sequential [reliable_mqtt_out to url with
-// topic and the outbox at path, stdout], printing "<prefix>-<cycle>-<n>" once the
-// outbox holds the record. clientID "" leaves the output's default.
+// fast as it goes) -> outboxThenStdout, printing "<prefix>-<cycle>-<n>"
+// once the outbox holds the record.
 func outboxConfig(prefix, interval, url, clientID, topic, path string) string {
-	id := ""
-	if clientID != "" {
-		id = "\n          client_id: " + clientID
-	}
 	return fmt.Sprintf(`
 http: {enabled: false}
 logger: {level: WARN}
@@ -166,7 +126,19 @@ input:
   generate:
     interval: "%s"
     mapping: 'root = "%s-" + env("CYCLE") + "-" + counter().string()'
-output:
+`, interval, prefix) + outboxThenStdout(url, clientID, topic, path)
+}
+
+// outboxThenStdout is the output of paths A and D: fan_out_sequential
+// [reliable_mqtt_out to url with topic and the outbox at path (clientID ""
+// leaves its default), stdout], so a message's line is printed only once
+// the outbox holds its record.
+func outboxThenStdout(url, clientID, topic, path string) string {
+	id := ""
+	if clientID != "" {
+		id = "\n          client_id: " + clientID
+	}
+	return fmt.Sprintf(`output:
   broker:
     pattern: fan_out_sequential
     outputs:
@@ -177,7 +149,7 @@ output:
           outbox: { path: %s }
       - stdout: { codec: all-bytes }
         processors: [ { mapping: 'root = content().string() + "\n"' } ]
-`, interval, prefix, url, id, topic, path)
+`, url, id, topic, path)
 }
 
 // The processes print their acknowledgements on a serial port of their

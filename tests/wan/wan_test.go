@@ -1,37 +1,18 @@
 // Package wan runs the shipped chain through real processes over links
 // that behave like a WAN: Toxiproxy (tests/harness.Link) adds latency with
-// jitter, blackholes and resets between a process and its broker.
+// jitter, blackholes, resets and slicing between a process and its broker.
 package wan
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
-
-// envInt reads a positive integer from the environment, or def.
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func shippedConfig(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(harness.ModuleRoot(t), "config", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 func total(runs map[string]harness.AppliedRun) int {
 	n := 0
@@ -45,11 +26,14 @@ func total(runs map[string]harness.AppliedRun) int {
 // publisher → WAN → source broker → bridge → WAN → destination broker →
 // consumer, every hop confirmed end to end, default flow control — over two
 // links of 100 ms ± 30 ms round trip, with both links blackholed for 20 s
-// and a connection reset on one of them every 3 s. Every reading is applied
-// exactly once and the publisher's outbox drains. WAN_CHAOS_COUNT sets the
-// number of readings (default 12,000, at 2 ms each).
+// and a connection reset on one of them every 3 s; when the blackhole
+// lifts, the bridge's stream to the destination broker comes back sliced
+// into pieces of 28 bytes or fewer (Toxiproxy's slicer: MQTT packets split
+// across reads) until 500 more readings were applied. Every reading is
+// applied exactly once and the publisher's outbox drains. WAN_CHAOS_COUNT
+// sets the number of readings (default 12,000, at 2 ms each).
 func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
-	n := envInt("WAN_CHAOS_COUNT", 12000)
+	n := harness.EnvCount(t, "WAN_CHAOS_COUNT", 12000)
 	// max_inflight_messages 1000: the bridge's input gets that many
 	// unacknowledged messages, and a bridge in direct mode holds each
 	// until the destination's ACK crossed the second link (docs/operations.md).
@@ -67,9 +51,9 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		"PUBLISH_INTERVAL=2ms", fmt.Sprintf("PUBLISH_COUNT=%d", n), "STATS_INTERVAL=1s",
 	}
 	args := []string{"--log.level", "info", "-s", "http.enabled=false"}
-	consumer := harness.RunPipeline(t, shippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
-	bridge := harness.RunPipeline(t, shippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
-	publisher := harness.RunPipeline(t, shippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
+	consumer := harness.RunPipeline(t, harness.ShippedConfig(t, "consumer.yaml"), harness.ProcOptions{Env: env, Args: args})
+	bridge := harness.RunPipeline(t, harness.ShippedConfig(t, "bridge.yaml"), harness.ProcOptions{Env: env, Args: args})
+	publisher := harness.RunPipeline(t, harness.ShippedConfig(t, "publisher.yaml"), harness.ProcOptions{Env: env, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("publisher log tail:\n%s", harness.TailLines(publisher.Log(), 30))
@@ -80,9 +64,11 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	db := filepath.Join(dataDir, "consumer.db")
 
 	// Faults: resets every 3 s, alternating links, from 3 s on; both links
-	// blackholed from the first applied reading + 5 s, for 20 s.
+	// blackholed from the first applied reading + 5 s, for 20 s; then the
+	// cloud link sliced (the test's goroutine removes the slicer).
 	harness.Eventually(t, 60*time.Second, "the first reading to be applied", func() bool { return total(harness.Applied(t, db)) > 0 })
 	chaosDone := make(chan struct{})
+	sliced := make(chan harness.Toxic, 1)
 	resets := 0
 	go func() {
 		defer close(chaosDone)
@@ -96,6 +82,9 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 					blackholed = true
 					bh := append(edgeLink.Blackhole(), cloudLink.Blackhole()...)
 					time.Sleep(20 * time.Second)
+					// Sliced before the lift: the backlog held back by
+					// the blackhole crosses in small pieces.
+					sliced <- cloudLink.Slicer(16, 12, 50*time.Microsecond)
 					edgeLink.RemoveAll(bh)
 					cloudLink.RemoveAll(bh)
 				}
@@ -110,11 +99,38 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		}
 	}()
 
+	// The slicer stays until slicedFor more readings were applied (or all
+	// were): readings held back by the blackhole must cross while it is on,
+	// however fast this machine is.
+	const slicedFor = 500
+	var slicer harness.Toxic
+	slicedFrom, slicedCrossed := -1, -1
 	deadline := time.Now().Add(4 * time.Minute)
-	for total(harness.Applied(t, db)) < n && time.Now().Before(deadline) {
+	for {
+		select {
+		case x := <-sliced: // any count after the slicer went on: each reading applied since crossed sliced
+			slicer, slicedFrom = x, total(harness.Applied(t, db))
+		default:
+		}
+		got := total(harness.Applied(t, db))
+		if slicer != "" && got >= min(slicedFrom+slicedFor, n) {
+			cloudLink.Remove(slicer)
+			slicer, slicedCrossed = "", got-slicedFrom
+		}
+		if got >= n || time.Now().After(deadline) {
+			break
+		}
 		time.Sleep(time.Second)
 	}
 	<-chaosDone
+	select {
+	case x := <-sliced: // every reading was applied before the blackhole lifted
+		slicer, slicedFrom = x, n
+	default:
+	}
+	if slicer != "" {
+		cloudLink.Remove(slicer)
+	}
 	runs := harness.Applied(t, db)
 	if len(runs) != 1 {
 		t.Fatalf("the consumer applied readings of %d publisher runs, want 1: %v", len(runs), runs)
@@ -127,6 +143,16 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 	}
 	if resets < 5 {
 		t.Fatalf("only %d resets were made", resets)
+	}
+	switch {
+	case slicedFrom < 0:
+		t.Fatal("the cloud link was never sliced")
+	case slicedFrom < n && slicedCrossed <= 0:
+		t.Fatalf("no reading crossed the cloud link while it was sliced (%d applied when the slicer went on)", slicedFrom)
+	case slicedFrom < n:
+		t.Logf("%d readings crossed the cloud link while it was sliced", slicedCrossed)
+	default:
+		t.Logf("every reading was applied before the slicer went on (WAN_CHAOS_COUNT=%d is too small to slice any)", n)
 	}
 	// The faults reached the processes: each resent after a failure.
 	for name, p := range map[string]*harness.Proc{"publisher": publisher, "bridge": bridge} {
@@ -182,7 +208,7 @@ output:
 // and none lost. WAN_BACKLOG sets its size (default 20,000; the issue's
 // figure, 200,000, takes about a minute more here).
 func TestWANBacklogBuiltDuringABlackholeDrains(t *testing.T) {
-	n := envInt("WAN_BACKLOG", 20000)
+	n := harness.EnvCount(t, "WAN_BACKLOG", 20000)
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	acker := harness.StartAcker(t, m.URL(), "wan/ingress", "wan/acks", nil)
 	link := harness.NewLink(t, m.Addr())
