@@ -168,8 +168,11 @@ func traceFields(parent, state *value) (TraceContext, error) {
 // zeros, and a tracestate ("" or printable ASCII) only beside a traceparent.
 func CheckTraceContext(tc TraceContext) error {
 	tp := tc.Traceparent
-	if tp == "" {
+	switch {
+	case tp == "" && tc.Tracestate != "":
 		return malformedf("tracestate without traceparent")
+	case tp == "":
+		return malformedf("traceparent is empty")
 	}
 	const form = `traceparent %s is not a W3C version 00 traceparent ("00-" 32 lowercase hex digits of a trace ID "-" 16 of a parent ID "-" 2 of flags, the IDs not all zeros)`
 	ok := len(tp) == 55 && tp[:3] == "00-" && tp[35] == '-' && tp[52] == '-' &&
