@@ -19,7 +19,7 @@ import (
 const traceContextNeedsEnvelope = "trace_context: envelope needs a reliomq v1 envelope to carry it: envelope: delivery, or confirm: end_to_end without envelope: properties"
 
 func traceContextField() *service.ConfigField {
-	return mqttconf.TraceContextField("Here: the trace context of each record's `deliver` span is written into the envelope stored in the outbox (so a resend after a restart carries it too) and published; a write of an event ID already pending is the same record when only its trace context differs. Needs `envelope: delivery`, or `confirm: end_to_end` without `envelope: properties`. A trace context that would take a payload beyond `max_payload_bytes` is left out (the span notes it); with the tracer off nothing is added.")
+	return mqttconf.TraceContextField("Here: the trace context of each record's `deliver` span is written into the envelope stored in the outbox (so a resend after a restart carries it too) and published; a write of an event ID already pending is the same record when only its trace context differs. Needs `envelope: delivery`, or `confirm: end_to_end` without `envelope: properties`. A trace context that would take a payload beyond `max_payload_bytes` is left out; with the tracer off nothing is added.")
 }
 
 // parseTraceContext reads trace_context: true for envelope, which needs
