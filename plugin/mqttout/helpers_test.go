@@ -28,7 +28,18 @@ type pipeline struct {
 // startPipeline runs output YAML (the body of `output:`) in a stream.
 func startPipeline(t *testing.T, outputYAML string) *pipeline {
 	t.Helper()
+	return startTracedPipeline(t, outputYAML, "")
+}
+
+// startTracedPipeline is startPipeline with the tracer tracerYAML ("": none).
+func startTracedPipeline(t *testing.T, outputYAML, tracerYAML string) *pipeline {
+	t.Helper()
 	sb := service.NewStreamBuilder()
+	if tracerYAML != "" {
+		if err := sb.SetTracerYAML(tracerYAML); err != nil {
+			t.Fatalf("tracer config: %v", err)
+		}
+	}
 	logs := &harness.LogBuffer{}
 	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	send, err := sb.AddProducerFunc()
