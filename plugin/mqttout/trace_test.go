@@ -3,6 +3,7 @@ package mqttout_test
 import (
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 )
 
 // recorded holds the spans of every stream that uses the tracer
-// `test_recorder`; tests tell theirs apart by event ID.
+// `test_recorder`; tests tell theirs apart by event IDs of their own run
+// (runID: -count=N runs a test N times in one process).
 var recorded = tracetest.NewSpanRecorder()
 
 func init() {
@@ -70,15 +72,17 @@ func storedPayloads(t *testing.T, path string) [][]byte {
 // on and the setting off, the stored bytes are the reliomq v1 envelope.
 func TestTheEnvelopeStoresItsTraceContextAndARewriteIsTheSameRecord(t *testing.T) {
 	const tracer = "test_recorder: {}"
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	traced, plain := "evt-traced-"+run, "evt-plain-"+run
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	p := startTracedPipeline(t, outputConf(unreachable, path, "envelope", "delivery", "trace_context", "envelope"), tracer)
 	for i := 0; i < 2; i++ {
-		if err := p.write(10*time.Second, `{"n":1}`, "n", "a", "id", "evt-traced"); err != nil {
+		if err := p.write(10*time.Second, `{"n":1}`, "n", "a", "id", traced); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	if err := p.write(10*time.Second, `{"n":2}`, "n", "a", "id", "evt-traced"); err == nil || !strings.Contains(err.Error(), "evt-traced") {
-		t.Fatalf("another payload under evt-traced: %v, want a conflict naming the event", err)
+	if err := p.write(10*time.Second, `{"n":2}`, "n", "a", "id", traced); err == nil || !strings.Contains(err.Error(), traced) {
+		t.Fatalf("another payload under the event ID: %v, want a conflict naming the event", err)
 	}
 	p.stop()
 	stored := storedPayloads(t, path)
@@ -86,10 +90,10 @@ func TestTheEnvelopeStoresItsTraceContextAndARewriteIsTheSameRecord(t *testing.T
 		t.Fatalf("outbox holds %d records, want 1", len(stored))
 	}
 	d, err := envelope.DecodeTracedDelivery(stored[0])
-	if err != nil || d.EventID != "evt-traced" || string(d.Payload) != `{"n":1}` {
+	if err != nil || d.EventID != traced || string(d.Payload) != `{"n":1}` {
 		t.Fatalf("stored %s: %+v, %v", stored[0], d, err)
 	}
-	if want := deliverParent(t, "evt-traced"); d.Trace.Traceparent != want {
+	if want := deliverParent(t, traced); d.Trace.Traceparent != want {
 		t.Errorf("stored traceparent %q, want the first write's deliver span %q", d.Trace.Traceparent, want)
 	}
 	if _, err := envelope.DecodeDelivery(stored[0]); !errors.Is(err, envelope.ErrTraceContext) {
@@ -98,12 +102,12 @@ func TestTheEnvelopeStoresItsTraceContextAndARewriteIsTheSameRecord(t *testing.T
 
 	plainPath := filepath.Join(t.TempDir(), "outbox.db")
 	p = startTracedPipeline(t, outputConf(unreachable, plainPath, "envelope", "delivery"), tracer)
-	if err := p.write(10*time.Second, `{"n":1}`, "n", "a", "id", "evt-plain"); err != nil {
+	if err := p.write(10*time.Second, `{"n":1}`, "n", "a", "id", plain); err != nil {
 		t.Fatal(err)
 	}
 	p.stop()
-	deliverParent(t, "evt-plain") // the tracer was on
-	want, _ := envelope.EncodeDelivery("evt-plain", []byte(`{"n":1}`))
+	deliverParent(t, plain) // the tracer was on
+	want, _ := envelope.EncodeDelivery(plain, []byte(`{"n":1}`))
 	if got := storedPayloads(t, plainPath); len(got) != 1 || string(got[0]) != string(want) {
 		t.Errorf("with trace_context off the record is %q, want the v1 bytes %s", got, want)
 	}
