@@ -159,6 +159,10 @@ func traceFields(parent, state *value) (TraceContext, error) {
 	if parent == nil && state == nil {
 		return tc, nil
 	}
+	if state != nil && tc.Tracestate == "" {
+		// AddTraceContext leaves the key out instead; one form per context.
+		return TraceContext{}, malformedf("tracestate is empty; an envelope without one leaves the key out")
+	}
 	return tc, CheckTraceContext(tc)
 }
 
@@ -166,6 +170,7 @@ func traceFields(parent, state *value) (TraceContext, error) {
 // carry: a traceparent of W3C version 00 (the only version defined, and the
 // one OpenTelemetry writes) with a trace ID and a parent ID that are not all
 // zeros, and a tracestate ("" or printable ASCII) only beside a traceparent.
+// (A decoded envelope's "tracestate", when present, must not be empty.)
 func CheckTraceContext(tc TraceContext) error {
 	tp := tc.Traceparent
 	switch {

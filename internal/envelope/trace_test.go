@@ -143,6 +143,7 @@ func TestAMalformedTraceContextIsRefused(t *testing.T) {
 		{"empty", `"traceparent":"",`, "traceparent is empty"},
 		{"not a string", `"traceparent":1,`, "traceparent must be a JSON string"},
 		{"tracestate alone", `"tracestate":"a=b",`, "tracestate without traceparent"},
+		{"tracestate empty", `"traceparent":"00-` + id32 + `-` + id16 + `-01","tracestate":"",`, "tracestate is empty"},
 		{"tracestate not ASCII", `"traceparent":"00-` + id32 + `-` + id16 + `-01","tracestate":"a=é",`, "outside printable ASCII"},
 		{"tracestate control", `"traceparent":"00-` + id32 + `-` + id16 + `-01","tracestate":"a=\u0001",`, "outside printable ASCII"},
 		{"another key", `"baggage":"a=b","traceparent":"00-` + id32 + `-` + id16 + `-01",`, `unknown key(s) "baggage"`},
@@ -202,4 +203,49 @@ sys.stdout.buffer.write(json.dumps(o, sort_keys=True, separators=(",", ":"), ens
 	if !bytes.Equal(out, got) {
 		t.Errorf("Python prints\n%s\nwe send\n%s", out, got)
 	}
+}
+
+// FuzzDecodeTracedIngress checks that the traced decoder never panics,
+// that every error wraps ErrMalformed, that it accepts everything the
+// strict decoder accepts, and that whatever it accepts re-encodes
+// (EncodeIngress, AddTraceContext) to the canonical form of the input,
+// which decodes to the same message and trace context.
+func FuzzDecodeTracedIngress(f *testing.F) {
+	ing, _ := EncodeIngress("e1", "t", []byte(`{"a":[1,2]}`))
+	traced, _ := AddTraceContext(ing, TraceContext{Traceparent: testParent, Tracestate: testState})
+	for _, s := range []string{
+		string(ing), string(traced),
+		`{"event_id":"e","payload":1,"topic":"t","traceparent":"` + testParent + `","version":1}`,
+		`{ "version":1, "traceparent":"` + testParent + `", "topic":"t", "payload":1, "event_id":"e" }`,
+		`{"event_id":"e","payload":1,"topic":"t","tracestate":"a=b","version":1}`,
+		`{"event_id":"e","payload":1,"topic":"t","traceparent":"00-x","version":1}`, `[]`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeTracedIngress(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			if _, strictErr := DecodeIngress(b); strictErr == nil {
+				t.Fatalf("the strict decoder accepts %q, the traced one refuses it: %v", b, err)
+			}
+			return
+		}
+		wire, err := EncodeIngress(m.EventID, m.Topic, m.Payload)
+		if err == nil {
+			wire, err = AddTraceContext(wire, m.Trace)
+		}
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", m, err)
+		}
+		if canon, err := Canonical(b); err != nil || !bytes.Equal(canon, wire) {
+			t.Fatalf("re-encoded %q, but the input's canonical form is %q (%v)", wire, canon, err)
+		}
+		again, err := DecodeTracedIngress(wire)
+		if err != nil || again.EventID != m.EventID || again.Topic != m.Topic || !bytes.Equal(again.Payload, m.Payload) || again.Trace != m.Trace {
+			t.Fatalf("round trip changed the message: %+v -> %+v, %v", m, again, err)
+		}
+	})
 }
