@@ -69,7 +69,8 @@ func storedPayloads(t *testing.T, path string) [][]byte {
 // delivery envelope with the traceparent of its deliver span; a second
 // write of the event, with a new span, is the same record and keeps it;
 // another payload under the event ID is still a conflict. With the tracer
-// on and the setting off, the stored bytes are the reliomq v1 envelope.
+// on and the setting off, or the setting on and the tracer off, the stored
+// bytes are the reliomq v1 envelope.
 func TestTheEnvelopeStoresItsTraceContextAndARewriteIsTheSameRecord(t *testing.T) {
 	const tracer = "test_recorder: {}"
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -110,5 +111,16 @@ func TestTheEnvelopeStoresItsTraceContextAndARewriteIsTheSameRecord(t *testing.T
 	want, _ := envelope.EncodeDelivery(plain, []byte(`{"n":1}`))
 	if got := storedPayloads(t, plainPath); len(got) != 1 || string(got[0]) != string(want) {
 		t.Errorf("with trace_context off the record is %q, want the v1 bytes %s", got, want)
+	}
+
+	// The setting on and the tracer off: no span, nothing added.
+	untracedPath := filepath.Join(t.TempDir(), "outbox.db")
+	p = startPipeline(t, outputConf(unreachable, untracedPath, "envelope", "delivery", "trace_context", "envelope"))
+	if err := p.write(10*time.Second, `{"n":1}`, "n", "a", "id", plain); err != nil {
+		t.Fatal(err)
+	}
+	p.stop()
+	if got := storedPayloads(t, untracedPath); len(got) != 1 || string(got[0]) != string(want) {
+		t.Errorf("with the tracer off the record is %q, want the v1 bytes %s", got, want)
 	}
 }
