@@ -6,6 +6,8 @@
 package codec
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
@@ -26,26 +28,48 @@ type Decoded struct {
 	Body      []byte
 	EventID   string
 	DestTopic string
-	Err       error // a malformed envelope: Body is then the payload as received
+	Trace     envelope.TraceContext // from the envelope (Decoding.TraceContext); zero when none
+	Err       error                 // a malformed envelope: Body is then the payload as received
+}
+
+// TraceContextHint is what a receiver without the opt-in tells about an
+// envelope that carries a trace context: the setting that accepts it.
+const TraceContextHint = "the sender adds a trace context (trace_context: envelope): set trace_context: envelope on this reliable_mqtt_in too, or turn it off at the sender"
+
+// Decoding is how the input reads a received payload.
+type Decoding struct {
+	Mode string // None, Ingress, Delivery or Properties
+	// TraceContext accepts (and returns in Decoded.Trace) a W3C trace
+	// context in the reliomq v1 envelopes; without it those keys are
+	// refused, as reliomq v1 refuses every key it does not know.
+	TraceContext bool
 }
 
 // Decode reads payload, received on topic with the MQTT 5 properties props
-// (nil on 3.1.1), as mode says. A malformed envelope is reported in Err,
+// (nil on 3.1.1), as d says. A malformed envelope is reported in Err,
 // naming the topic and the defect.
-func Decode(mode, topic string, payload []byte, props *mqttmsg.Properties) *Decoded {
-	switch mode {
+func (d Decoding) Decode(topic string, payload []byte, props *mqttmsg.Properties) *Decoded {
+	switch d.Mode {
 	case Ingress:
-		ing, err := envelope.DecodeIngress(payload)
-		if err != nil {
-			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 ingress envelope: %w", topic, err)}
+		decode := envelope.DecodeIngress
+		if d.TraceContext {
+			decode = envelope.DecodeTracedIngress
 		}
-		return &Decoded{Body: ing.Payload, EventID: ing.EventID, DestTopic: ing.Topic}
+		ing, err := decode(payload)
+		if err != nil {
+			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 ingress envelope: %w", topic, hint(err))}
+		}
+		return &Decoded{Body: ing.Payload, EventID: ing.EventID, DestTopic: ing.Topic, Trace: ing.Trace}
 	case Delivery:
-		del, err := envelope.DecodeDelivery(payload)
-		if err != nil {
-			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", topic, err)}
+		decode := envelope.DecodeDelivery
+		if d.TraceContext {
+			decode = envelope.DecodeTracedDelivery
 		}
-		return &Decoded{Body: del.Payload, EventID: del.EventID}
+		del, err := decode(payload)
+		if err != nil {
+			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", topic, hint(err))}
+		}
+		return &Decoded{Body: del.Payload, EventID: del.EventID, Trace: del.Trace}
 	case Properties:
 		env, err := properties.Read(props)
 		if err != nil {
@@ -55,6 +79,14 @@ func Decode(mode, topic string, payload []byte, props *mqttmsg.Properties) *Deco
 	default:
 		return &Decoded{Body: payload}
 	}
+}
+
+// hint adds TraceContextHint to an error about trace context keys.
+func hint(err error) error {
+	if errors.Is(err, envelope.ErrTraceContext) {
+		return fmt.Errorf("%w; %s", err, TraceContextHint)
+	}
+	return err
 }
 
 // AckPayload is the end-to-end ACK of eventID: signed with authKey, or a
@@ -109,6 +141,38 @@ type Encoding struct {
 	EndToEnd        bool   // publish to DataTopic, carrying the destination topic
 	DataTopic       string
 	MaxPayloadBytes int
+	// TraceContext: AddTraceContext writes a W3C trace context into the
+	// reliomq v1 envelope (Mode Delivery, or EndToEnd without Properties).
+	TraceContext bool
+}
+
+// Enveloped reports whether e's records are reliomq v1 envelopes, the only
+// records that can carry a trace context in their payload.
+func (e Encoding) Enveloped() bool {
+	return e.Mode == Delivery || e.EndToEnd && e.Mode != Properties
+}
+
+// AddTraceContext writes tc into rec's envelope when e.TraceContext is on;
+// it leaves rec alone when that would take the payload beyond
+// MaxPayloadBytes (a trace context is never worth refusing an event) and
+// reports whether it added it.
+func (e Encoding) AddTraceContext(rec *Message, tc envelope.TraceContext) (bool, error) {
+	if !e.TraceContext || !e.Enveloped() || tc == (envelope.TraceContext{}) {
+		return false, nil
+	}
+	p, err := envelope.AddTraceContext(rec.Payload, tc)
+	if err != nil || len(p) > e.MaxPayloadBytes {
+		return false, err
+	}
+	rec.Payload = p
+	return true, nil
+}
+
+// SamePayload reports whether two writes' payloads are one record's, apart
+// from a trace context in their envelopes (outbox.Options.SamePayload):
+// each write of one event carries the trace context of its own span.
+func SamePayload(stored, written []byte) bool {
+	return bytes.Equal(stored, written) || bytes.Equal(envelope.WithoutTraceContext(stored), envelope.WithoutTraceContext(written))
 }
 
 // Encode builds the record of event id for topic from the payload raw and

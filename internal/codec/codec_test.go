@@ -31,7 +31,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if rec.Topic != tc.wantTopic || rec.EventID != "evt-1" || (string(rec.Payload) != string(body)) != tc.payloadChanged {
 			t.Errorf("%+v: record %+v", tc.enc, rec)
 		}
-		d := Decode(tc.decodeAs, rec.Topic, rec.Payload, rec.Props)
+		d := Decoding{Mode: tc.decodeAs}.Decode(rec.Topic, rec.Payload, rec.Props)
 		if tc.decodeAs == None {
 			if d.Err != nil || d.EventID != "" || string(d.Body) != string(body) {
 				t.Errorf("none: decoded %+v", d)
@@ -46,7 +46,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 
 func TestMalformedNamesTopic(t *testing.T) {
 	for _, mode := range []string{Ingress, Delivery, Properties} {
-		d := Decode(mode, "in/x", []byte("not json"), nil)
+		d := Decoding{Mode: mode}.Decode("in/x", []byte("not json"), nil)
 		if d.Err == nil || !strings.Contains(d.Err.Error(), `"in/x"`) || string(d.Body) != "not json" {
 			t.Errorf("%s: %+v, want an error naming the topic and the payload as body", mode, d)
 		}

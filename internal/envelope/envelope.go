@@ -42,11 +42,19 @@ const MaxTopicBytes = 65535
 var ErrMalformed = errors.New("envelope: malformed reliomq v1 message")
 
 // protocolError is the concrete error type: its text says what is wrong and
-// it matches ErrMalformed with errors.Is.
-type protocolError struct{ msg string }
+// it matches ErrMalformed with errors.Is (and also, when set: ErrTraceContext).
+type protocolError struct {
+	msg  string
+	also error
+}
 
 func (e *protocolError) Error() string { return "envelope: " + e.msg }
-func (e *protocolError) Unwrap() error { return ErrMalformed }
+func (e *protocolError) Unwrap() []error {
+	if e.also != nil {
+		return []error{ErrMalformed, e.also}
+	}
+	return []error{ErrMalformed}
+}
 
 func malformedf(format string, args ...any) error {
 	return &protocolError{msg: fmt.Sprintf(format, args...)}
@@ -55,14 +63,16 @@ func malformedf(format string, args ...any) error {
 // Ingress is a decoded ingress envelope (publisher → bridge).
 type Ingress struct {
 	EventID string
-	Topic   string // destination topic the bridge publishes to
-	Payload []byte // canonical JSON
+	Topic   string       // destination topic the bridge publishes to
+	Payload []byte       // canonical JSON
+	Trace   TraceContext // only from DecodeTracedIngress (see trace.go)
 }
 
 // Delivery is a decoded delivery envelope (bridge → destination topic).
 type Delivery struct {
 	EventID string
-	Payload []byte // canonical JSON
+	Payload []byte       // canonical JSON
+	Trace   TraceContext // only from DecodeTracedDelivery (see trace.go)
 }
 
 // EncodeIngress returns the canonical ingress envelope. payload must be
@@ -120,7 +130,8 @@ func EncodeAck(eventID string) ([]byte, error) {
 	return out, nil
 }
 
-// DecodeIngress strictly decodes an ingress envelope.
+// DecodeIngress strictly decodes an ingress envelope: exactly reliomq v1's
+// keys (a trace context is refused, see ErrTraceContext).
 func DecodeIngress(b []byte) (Ingress, error) {
 	fields, err := decodeMessage(b, "ingress envelope", "event_id", "payload", "topic", "version")
 	if err != nil {
@@ -137,7 +148,8 @@ func DecodeIngress(b []byte) (Ingress, error) {
 	return Ingress{EventID: id, Topic: topic, Payload: appendValue(nil, fields[1])}, nil
 }
 
-// DecodeDelivery strictly decodes a delivery envelope.
+// DecodeDelivery strictly decodes a delivery envelope: exactly reliomq v1's
+// keys (a trace context is refused, see ErrTraceContext).
 func DecodeDelivery(b []byte) (Delivery, error) {
 	fields, err := decodeMessage(b, "delivery envelope", "event_id", "payload", "version")
 	if err != nil {
@@ -172,6 +184,7 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 	}
 	fields := make([]*value, len(keys))
 	var unknown []string
+	var also error // ErrTraceContext when an unknown key is a trace key
 	for i := range v.members {
 		m := &v.members[i]
 		found := false
@@ -183,6 +196,9 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 		}
 		if !found {
 			unknown = append(unknown, strconv.Quote(m.key))
+			if isTraceKey(m.key) {
+				also = ErrTraceContext
+			}
 		}
 	}
 	var missing []string
@@ -206,7 +222,7 @@ func decodeMessage(b []byte, what string, keys ...string) ([]*value, error) {
 				names[k] = opt + " (optional)"
 			}
 		}
-		return nil, malformedf("%s has %s; want exactly the keys %s", what, strings.Join(parts, " and "), strings.Join(names, ", "))
+		return nil, &protocolError{msg: fmt.Sprintf("%s has %s; want exactly the keys %s", what, strings.Join(parts, " and "), strings.Join(names, ", ")), also: also}
 	}
 	// version is always the last key in sorted order.
 	if ver := fields[len(fields)-1]; ver.kind != kindNumber || ver.isFloat || ver.text != "1" {

@@ -89,6 +89,9 @@ type Config struct {
 	// Envelope is how Read decodes a payload: a codec mode (codec.None,
 	// also ""; Ingress, Delivery, Properties).
 	Envelope string
+	// TraceContext accepts a W3C trace context in the reliomq v1 envelopes
+	// (codec.Decoding.TraceContext).
+	TraceContext bool
 	// FlagMalformed delivers a malformed envelope with Decoded.Err set;
 	// otherwise Read acknowledges and drops it.
 	FlagMalformed bool

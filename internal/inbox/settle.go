@@ -93,7 +93,7 @@ func (in *Inbox) publishAck(ctx context.Context, d *Delivery) error {
 // and drops a malformed envelope; it reports whether it did.
 func (in *Inbox) dropMalformed(d *Delivery) bool {
 	if d.Decoded == nil {
-		d.Decoded = codec.Decode(in.s.Envelope, d.Msg.Topic(), d.Msg.Payload(), d.Msg.Properties())
+		d.Decoded = codec.Decoding{Mode: in.s.Envelope, TraceContext: in.s.TraceContext}.Decode(d.Msg.Topic(), d.Msg.Payload(), d.Msg.Properties())
 		if d.Decoded.Err != nil {
 			in.m.Malformed.Incr(1)
 			what := "dropped and acknowledged (on_malformed: drop)"

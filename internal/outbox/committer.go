@@ -292,7 +292,7 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 			}
 		}
 		// An index entry whose record is gone (moved aside) is stale.
-		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !bytes.Equal(view.payload, e.Payload) || !o.sameProps(view.props, e.Props)) {
+		if err == nil && (!bytes.Equal(view.topic, []byte(e.Topic)) || !o.samePayload(view.payload, e.Payload) || !o.sameProps(view.props, e.Props)) {
 			o.settle(r, Record{}, fmt.Errorf("%w: event ID %q is already pending in outbox %s (seq %d) with a different topic, payload or properties; give the new message its own event ID",
 				ErrEventIDConflict, e.EventID, o.path, seq))
 			return nil
@@ -394,6 +394,14 @@ func seqFromKey(k []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(k)
+}
+
+// samePayload compares a pending record's payload with a write's.
+func (o *Outbox) samePayload(stored, written []byte) bool {
+	if o.opts.SamePayload != nil {
+		return o.opts.SamePayload(stored, written)
+	}
+	return bytes.Equal(stored, written)
 }
 
 // sameProps compares a pending record's properties with a write's.

@@ -90,6 +90,11 @@ type Options struct {
 	// them exactly. (A tracer's traceparent differs on every write of one
 	// event.)
 	SameProps func(stored, written *mqttmsg.Properties) bool
+	// SamePayload reports whether a write's payload is the pending record's,
+	// for a write of an event ID already pending; nil compares the bytes.
+	// (A reliomq v1 envelope with a trace context differs on every write of
+	// one event: codec.SamePayload.)
+	SamePayload func(stored, written []byte) bool
 	// MaxPending bounds the number of records; 0 = unbounded. Append blocks
 	// while the outbox is full (backpressure, never a drop).
 	MaxPending int

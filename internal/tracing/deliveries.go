@@ -53,18 +53,19 @@ func NewDeliveries(tp trace.TracerProvider, hop string) *Deliveries {
 }
 
 // Start opens the span of a record about to be written for eventID to
-// topic, a child of the span in ctx (the message's), and returns the
-// record's properties carrying the new span's trace context when withProps
-// (MQTT 5), else props unchanged. A second write of an event whose span is
-// still open keeps the first span: the outbox keeps the first record.
-func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mqttmsg.Properties, withProps bool) *mqttmsg.Properties {
+// topic, a child of the span in ctx (the message's), and returns the new
+// span's context, whose trace context the record carries (ContextOf). It
+// returns nil when it opened no span: the tracer is off, or a second write
+// of an event whose span is still open keeps the first span (the outbox
+// keeps the first record).
+func (d *Deliveries) Start(ctx context.Context, eventID, topic string) context.Context {
 	if d == nil {
-		return props
+		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, dup := d.open[eventID]; dup {
-		return props
+		return nil
 	}
 	now := d.now()
 	ctx, span := d.tracer.Start(ctx, "deliver "+topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now),
@@ -74,10 +75,7 @@ func (d *Deliveries) Start(ctx context.Context, eventID, topic string, props *mq
 	} else {
 		d.open[eventID] = &delivery{span: span, written: now}
 	}
-	if !withProps {
-		return props
-	}
-	return Inject(ctx, props)
+	return ctx
 }
 
 // update runs f on eventID's open span, under the lock; nothing when

@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 )
 
 // Receives start the span of each delivery attempt a receiving hop hands
@@ -30,12 +30,13 @@ func NewReceives(tp trace.TracerProvider, hop string) *Receives {
 }
 
 // Start returns ctx with the span of one delivery attempt of eventID
-// ("" when the message has none), received on topic with properties p.
-func (r *Receives) Start(ctx context.Context, p *mqttmsg.Properties, eventID, topic string) context.Context {
+// ("" when the message has none), received on topic with the trace context
+// parent (from its user properties or its envelope; zero: none).
+func (r *Receives) Start(ctx context.Context, parent envelope.TraceContext, eventID, topic string) context.Context {
 	if r == nil {
 		return ctx
 	}
-	ctx = Extract(ctx, p)
+	ctx = Extract(ctx, parent)
 	_, span := r.tracer.Start(ctx, "receive "+topic, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(AttrEventID.String(eventID), AttrTopic.String(topic), AttrHop.String(r.hop)))
 	return trace.ContextWithSpan(ctx, heldSpan{span})

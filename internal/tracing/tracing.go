@@ -1,6 +1,7 @@
 // Package tracing follows one event across MQTT hops in OpenTelemetry
 // traces, without Benthos: the W3C trace context (`traceparent`,
-// `tracestate`) carried as MQTT 5 user properties, the span a receiving hop
+// `tracestate`) carried as MQTT 5 user properties (or, opted in, as keys of
+// a reliomq v1 envelope: internal/envelope), the span a receiving hop
 // starts as a child of it, and the span a sending hop keeps open from the
 // write until the record's confirmation.
 //
@@ -18,13 +19,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
-// User property names of the W3C trace context.
+// User property names of the W3C trace context (the envelope's keys too).
 const (
-	KeyTraceparent = "traceparent"
-	KeyTracestate  = "tracestate"
+	KeyTraceparent = envelope.KeyTraceparent
+	KeyTracestate  = envelope.KeyTracestate
 )
 
 // Span attribute keys: what an operator searches for in a trace.
@@ -58,42 +60,66 @@ func On(tp trace.TracerProvider) bool {
 	return tp != nil && !off
 }
 
+// ContextOf returns the W3C trace context of the span in ctx, as a hop
+// sends it on; zero when ctx carries no valid span context.
+func ContextOf(ctx context.Context) envelope.TraceContext {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return envelope.TraceContext{}
+	}
+	carrier := propagation.MapCarrier{}
+	propagator.Inject(ctx, carrier)
+	return envelope.TraceContext{Traceparent: carrier.Get(KeyTraceparent), Tracestate: carrier.Get(KeyTracestate)}
+}
+
+// FromProperties returns the trace context p's user properties carry (the
+// last of each key); zero when none.
+func FromProperties(p *mqttmsg.Properties) envelope.TraceContext {
+	var tc envelope.TraceContext
+	if p == nil {
+		return tc
+	}
+	for _, u := range p.User {
+		switch u.Key {
+		case KeyTraceparent:
+			tc.Traceparent = u.Value
+		case KeyTracestate:
+			tc.Tracestate = u.Value
+		}
+	}
+	return tc
+}
+
 // Inject returns p with the trace context of ctx as user properties
 // (replacing any traceparent or tracestate already there), p itself when
 // ctx carries no valid span context. p is not modified.
 func Inject(ctx context.Context, p *mqttmsg.Properties) *mqttmsg.Properties {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	tc := ContextOf(ctx)
+	if tc.Traceparent == "" {
 		return p
 	}
-	carrier := propagation.MapCarrier{}
-	propagator.Inject(ctx, carrier)
 	out := &mqttmsg.Properties{}
 	if p != nil {
 		*out = *p
 	}
 	out.User = slices.DeleteFunc(slices.Clone(out.User), isTraceKey)
-	for _, k := range []string{KeyTraceparent, KeyTracestate} {
-		if v := carrier.Get(k); v != "" {
-			out.User = append(out.User, mqttmsg.UserProperty{Key: k, Value: v})
-		}
+	out.User = append(out.User, mqttmsg.UserProperty{Key: KeyTraceparent, Value: tc.Traceparent})
+	if tc.Tracestate != "" {
+		out.User = append(out.User, mqttmsg.UserProperty{Key: KeyTracestate, Value: tc.Tracestate})
 	}
 	return out
 }
 
-// Extract returns ctx with the remote span context of p's traceparent (and
-// tracestate), ctx itself when p has none or an invalid one.
-func Extract(ctx context.Context, p *mqttmsg.Properties) context.Context {
-	if p == nil {
+// Extract returns ctx with the remote span context of tc (received in user
+// properties or in an envelope), ctx itself when tc is zero or invalid.
+func Extract(ctx context.Context, tc envelope.TraceContext) context.Context {
+	if tc == (envelope.TraceContext{}) {
 		return ctx
 	}
 	carrier := propagation.MapCarrier{}
-	for _, u := range p.User {
-		if isTraceKey(u) {
-			carrier[u.Key] = u.Value
+	for k, v := range map[string]string{KeyTraceparent: tc.Traceparent, KeyTracestate: tc.Tracestate} {
+		if v != "" {
+			carrier[k] = v
 		}
-	}
-	if len(carrier) == 0 {
-		return ctx
 	}
 	return propagator.Extract(ctx, carrier)
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
@@ -32,7 +33,7 @@ func TestTheReceivedSpanIsAChildOfTheSentSpanInOneTrace(t *testing.T) {
 	rec, tp := recorder()
 	d := NewDeliveries(tp, "publisher")
 	in := &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "a"}, {Key: KeyTraceparent, Value: "stale"}}}
-	props := d.Start(context.Background(), "ev-1", "reliable/ingress", in, true)
+	props := Inject(d.Start(context.Background(), "ev-1", "reliable/ingress"), in)
 	if len(in.User) != 2 || in.User[1].Value != "stale" {
 		t.Fatalf("Start modified the caller's properties: %+v", in.User)
 	}
@@ -47,7 +48,7 @@ func TestTheReceivedSpanIsAChildOfTheSentSpanInOneTrace(t *testing.T) {
 	}
 
 	r := NewReceives(tp, "bridge")
-	ctx := r.Start(context.Background(), props, "ev-1", "reliable/ingress")
+	ctx := r.Start(context.Background(), FromProperties(props), "ev-1", "reliable/ingress")
 	// Benthos ends the input's spans before the acknowledgement: that must
 	// not end the attempt's span.
 	trace.SpanFromContext(ctx).End()
@@ -81,14 +82,14 @@ func TestTheReceivedSpanIsAChildOfTheSentSpanInOneTrace(t *testing.T) {
 func TestARetriedRecordAndAFailedAttemptSaySo(t *testing.T) {
 	rec, tp := recorder()
 	d := NewDeliveries(tp, "out")
-	d.Start(context.Background(), "a", "t", nil, false)
+	d.Start(context.Background(), "a", "t")
 	d.OnEventPublished("a")
 	d.OnEventPublished("a")
 	d.OnEventConfirmed("a")
-	d.Start(context.Background(), "b", "t", nil, false)
+	d.Start(context.Background(), "b", "t")
 	d.Done("b", errors.New("permanent failure: too large"))
 	r := NewReceives(tp, "in")
-	r.End(r.Start(context.Background(), nil, "c", "t"), errors.New("ledger down"))
+	r.End(r.Start(context.Background(), envelope.TraceContext{}, "c", "t"), errors.New("ledger down"))
 
 	ended := rec.Ended()
 	if len(ended) != 3 {
@@ -112,8 +113,8 @@ func TestWithTheTracerOffNothingChanges(t *testing.T) {
 	}
 	var d *Deliveries
 	p := &mqttmsg.Properties{ContentType: "a"}
-	if got := d.Start(context.Background(), "e", "t", p, true); got != p {
-		t.Errorf("Start with the tracer off changed the properties: %+v", got)
+	if got := d.Start(context.Background(), "e", "t"); got != nil {
+		t.Errorf("Start with the tracer off gave a span context: %v", trace.SpanContextFromContext(got))
 	}
 	d.OnEventPublished("e")
 	d.OnEventConfirmed("e")
@@ -127,8 +128,8 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 	_, tp := recorder()
 	d := NewDeliveries(tp, "out")
 	base := &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "a"}}}
-	p1 := d.Start(context.Background(), "e1", "t", base, true)
-	p2 := d.Start(context.Background(), "e2", "t", base, true)
+	p1 := Inject(d.Start(context.Background(), "e1", "t"), base)
+	p2 := Inject(d.Start(context.Background(), "e2", "t"), base)
 	if v1, _ := p1.Get(KeyTraceparent); v1 == "" || v1 == func() string { v, _ := p2.Get(KeyTraceparent); return v }() {
 		t.Fatalf("two spans must give two traceparents: %+v, %+v", p1, p2)
 	}
@@ -138,7 +139,7 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 	if SameProps(p1, &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: "b"}}}) {
 		t.Error("records with different user properties must differ")
 	}
-	onlyTrace := d.Start(context.Background(), "e3", "t", nil, true)
+	onlyTrace := Inject(d.Start(context.Background(), "e3", "t"), nil)
 	if onlyTrace == nil || !SameProps(onlyTrace, nil) || !SameProps(nil, &mqttmsg.Properties{}) {
 		t.Error("a record with only a trace context must equal one without properties")
 	}
@@ -147,7 +148,7 @@ func TestTwoWritesOfOneEventDifferOnlyInTraceContext(t *testing.T) {
 func TestADeadLetterSaysSoAndWhy(t *testing.T) {
 	rec, tp := recorder()
 	d := NewDeliveries(tp, "dead-letter")
-	d.Start(context.Background(), "e", "reliable/dead-letter", nil, false)
+	d.Start(context.Background(), "e", "reliable/dead-letter")
 	d.DeadLetter("e", "permanent failure: too large")
 	d.Done("e", nil)
 	s := rec.Ended()[0]

@@ -155,6 +155,7 @@ Every field and option applies to both protocol versions unless its description 
 				envelopeDelivery:   "Decode a reliomq v1 delivery envelope: body = inner payload, metadata `event_id`.",
 				envelopeProperties: "MQTT 5 only (`protocol_version: \"5\"`): the payload bytes are the body, unchanged; metadata `event_id` from the user property `event_id` (required) and `destination_topic` from the user property `destination_topic` (when present), as `reliable_mqtt_out` with `envelope: properties` sends them. A message without `event_id`, with an invalid one, or with either property twice is malformed.",
 			}).Description("How the payload is decoded. What happens to a malformed envelope is set by `on_malformed`. The reliomq v1 envelopes work on both protocol versions.").Default(envelopeNone),
+			traceContextField(),
 			service.NewStringAnnotatedEnumField(fieldOnMalformed, map[string]string{
 				malformedDrop: "Acknowledge the source message and drop it, with a warning naming its topic and the defect, counted in `reliable_mqtt_in_malformed_envelopes`. It never reaches the pipeline, so it cannot be forwarded as if it were valid, and it cannot stall the broker's in-flight window.",
 				malformedFlag: "Deliver it unchanged, flagged with an error, without `event_id` or `destination_topic`: route it with a `switch` output on `errored()` (e.g. to a dead-letter topic). `reliable_mqtt_out` refuses a flagged message, and a message the pipeline never acknowledges is delivered again.",
@@ -215,6 +216,7 @@ root = [
   if this.ack_topic.or("") != "" && $envelope == "none" { "ack_topic needs envelope: ingress, delivery or properties, since only a decoded envelope carries the event_id to acknowledge" },
   if this.ack_topic.or("") == "" && (this.ack_auth_key.or("") != "" || !["[]", "null"].contains(this.ack_auth_keys.or([]).string())) { "ack_auth_key needs ack_topic: it signs the end-to-end ACKs sent there" },
   if ![0, 1, 2].contains(this.qos.or(1)) { "qos must be 0, 1 or 2" },
+  if this.trace_context.or("properties") == "envelope" && !["ingress", "delivery"].contains($envelope) { "trace_context: envelope needs envelope: ingress or delivery, the reliomq v1 envelopes that carry it" },
 ].filter(v -> v != null)
 `
 
@@ -238,6 +240,7 @@ type settings struct {
 	replayTimeout     time.Duration
 	replayBufferSize  int
 	envelope          string
+	traceEnvelope     bool // trace_context: envelope
 	flagMalformed     bool
 	ackTopic          string
 	ackAuthKey        []byte // nil: plain reliomq v1 ACKs
@@ -295,6 +298,9 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
 		return s, errors.New("envelope: properties needs MQTT 5: set protocol_version: \"5\" (the broker must speak it), or use envelope: ingress or delivery")
+	}
+	if s.traceEnvelope, err = parseTraceContext(conf, s.envelope); err != nil {
+		return s, err
 	}
 	// Receive Maximum: as many unacknowledged messages as can wait here.
 	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
@@ -376,6 +382,7 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (*input, error
 		ReplayBufferSize:  s.replayBufferSize,
 		Retry:             s.retry,
 		Envelope:          s.envelope,
+		TraceContext:      s.traceEnvelope,
 		FlagMalformed:     s.flagMalformed,
 	}
 	hop := mgr.Label()
@@ -489,17 +496,6 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 	return msg, ack, nil
 }
 
-// warnRetained warns that an envelope arrived retained: the broker sends
-// it again at every subscription, so every reconnect or restart forwards
-// (or applies) it again, each time as a duplicate of the same event. At
-// most one warning per 10 s.
-func (i *input) warnRetained(topic, eventID string) {
-	if !i.retainedWarn.Allow() {
-		return
-	}
-	i.log.Warnf("Envelope of event %s on %q arrived retained: the broker sends it again at every (re)subscription, so it is delivered again at every reconnect and restart. Publish envelopes without the retain flag, and clear this one with an empty retained message on the topic (mosquitto_pub -r -n -t '%s')", eventID, topic, topic)
-}
-
 // attempt builds one delivery attempt: a fresh message with a fresh hook
 // list in its context, and the AckFunc that hands its result to the
 // inbox (inbox.Settle: hooks, end-to-end ACK, PUBACK, or a retry).
@@ -525,7 +521,7 @@ func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
 		msg.SetError(dec.Err)
 	}
 	ctx, hooks := commit.WithHooks(context.Background())
-	ctx = i.spans.Start(ctx, d.Msg.Properties(), dec.EventID, d.Msg.Topic())
+	ctx = i.spans.Start(ctx, traceParent(d), dec.EventID, d.Msg.Topic())
 	msg = msg.WithContext(ctx)
 
 	var once sync.Once

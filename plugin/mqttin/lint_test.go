@@ -19,6 +19,7 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 		"ack_topic without envelope":     {base + "client_id: c\nack_topic: acks\n", "ack_topic needs envelope"},
 		"ack_auth_key without ack_topic": {base + "client_id: c\nenvelope: ingress\nack_auth_key: k\n", "ack_auth_key needs ack_topic"},
 		"qos 3":                          {base + "client_id: c\nqos: 3\n", "qos must be 0, 1 or 2"},
+		"trace_context without envelope": {base + "client_id: c\ntrace_context: envelope\n", "trace_context: envelope needs envelope: ingress or delivery"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -38,6 +39,9 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 	valid := base + "client_id: c\nprotocol_version: \"5\"\nenvelope: properties\nack_topic: acks\nack_auth_keys: [ k ]\nsession_expiry_interval: 1h\n"
 	if err := lintInput(valid); err != nil {
 		t.Fatalf("lint refuses a valid config: %v", err)
+	}
+	if err := lintInput(base + "client_id: c\nenvelope: delivery\ntrace_context: envelope\n"); err != nil {
+		t.Fatalf("lint refuses trace_context: envelope with envelope: delivery: %v", err)
 	}
 }
 

@@ -61,6 +61,9 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if s.outboxOn {
 		opts := s.outboxOpts
 		opts.SameProps = tracing.SameProps
+		if s.traceEnvelope {
+			opts.SamePayload = codec.SamePayload // the envelopes carry a trace context
+		}
 		opts.OnDamaged = func(d outbox.DamagedRecord) { o.log.Errorf("%v", d) }
 		if o.ob, err = openOutbox(s.outboxPath, opts); err != nil {
 			return nil, err

@@ -21,6 +21,8 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 		"outbox without path":                 {base, "outbox.path is required"},
 		"delivery envelope with end_to_end":   {base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nenvelope: delivery\n", "envelope: delivery applies to confirm: broker"},
 		"ack_auth_key with confirm broker":    {base + "outbox: { path: ./o.db }\nack_auth_key: k\n", "ack_auth_key applies to confirm: end_to_end"},
+		"trace_context envelope, no envelope": {base + "outbox: { path: ./o.db }\ntrace_context: envelope\n", "trace_context: envelope needs a reliomq v1 envelope"},
+		"trace_context envelope, properties":  {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nconfirm: end_to_end\nenvelope: properties\ntrace_context: envelope\n", "trace_context: envelope needs a reliomq v1 envelope"},
 		"reserved user property":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nuser_properties: { event_id: x }\n", "reserved for envelope: properties"},
 	}
 	for name, c := range cases {
@@ -38,7 +40,7 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 			}
 		})
 	}
-	valid := base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nack_auth_keys: [ k1, k2 ]\n"
+	valid := base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nack_auth_keys: [ k1, k2 ]\ntrace_context: envelope\n"
 	if err := lintOutput(valid); err != nil {
 		t.Fatalf("lint refuses a valid config: %v", err)
 	}

@@ -125,6 +125,7 @@ Every field and option applies to both protocol versions unless its description 
 				envelopeDelivery:   "With `confirm: broker`: wrap the payload (which must be JSON) in a reliomq v1 delivery envelope carrying the event ID, so the final consumer can deduplicate. Both protocol versions.",
 				envelopeProperties: "MQTT 5 only (`protocol_version: \"5\"`): publish the payload bytes unchanged, any bytes, with the event ID as the user property `event_id`; with `confirm: end_to_end` the message goes to `data_topic` with the destination topic as the user property `destination_topic`, and a `reliable_mqtt_in` with `envelope: properties` reads both.",
 			}).Description("How the event ID travels with the payload.").Default(envelopeNone),
+			traceContextField(),
 			service.NewInterpolatedStringMapField(fieldUserProperties).
 				Description("MQTT 5 only: user properties to publish with each message, name to interpolated value (stored with the record). The names `event_id` and `destination_topic` are reserved for `envelope: properties`.").
 				Default(map[string]any{}).Example(map[string]any{"site": `${! meta("site") }`}).Advanced(),
@@ -207,6 +208,7 @@ let v5only = [
 ].filter(v -> v != null)
 root = [
   if !$v5 && $v5only.length() > 0 { $v5only.join(", ") + ": MQTT 5 only: set protocol_version: \"5\" (the broker must speak it), or remove them" },
+  if this.trace_context.or("properties") == "envelope" && this.envelope.or("none") != "delivery" && (!$e2e || this.envelope.or("") == "properties") { "trace_context: envelope needs a reliomq v1 envelope to carry it: envelope: delivery, or confirm: end_to_end without envelope: properties" },
   if $e2e && this.envelope.or("") == "delivery" { "envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)" },
   if $e2e && this.require_subscribers.or(false) { "require_subscribers applies to confirm: broker; with confirm: end_to_end only the receiver's ACK confirms a record" },
   if $e2e && $retained != "false" { "retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again" },
@@ -247,6 +249,7 @@ type settings struct {
 	endToEnd        bool
 	deliveryEnv     bool
 	propertiesEnv   bool // envelope: properties (MQTT 5)
+	traceEnvelope   bool // trace_context: envelope
 	v5              v5Fields
 	dataTopic       string
 	ackTopic        string
@@ -310,6 +313,9 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	s.propertiesEnv = env == envelopeProperties
 	if s.endToEnd && s.deliveryEnv {
 		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)")
+	}
+	if s.traceEnvelope, err = parseTraceContext(conf, env, s.endToEnd); err != nil {
+		return s, err
 	}
 	if s.v5, err = parseV5Fields(conf, s.client.ProtocolVersion, s.propertiesEnv, s.endToEnd); err != nil {
 		return s, err
@@ -376,7 +382,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err
 	}
-	s.enc = codec.Encoding{Mode: env, EndToEnd: s.endToEnd, DataTopic: s.dataTopic, MaxPayloadBytes: s.maxPayloadBytes}
+	s.enc = codec.Encoding{Mode: env, EndToEnd: s.endToEnd, DataTopic: s.dataTopic, MaxPayloadBytes: s.maxPayloadBytes, TraceContext: s.traceEnvelope}
 	return s, s.parseRetained(conf) // after outbox and confirm
 }
 

@@ -1,7 +1,9 @@
 // Package tracing proves that one event is one trace across every hop of a
 // publisher → bridge → consumer chain, in a real Jaeger: three processes of
-// the real binary with the open_telemetry_collector tracer, MQTT 5 on two
-// mosquitto brokers, and Jaeger's own query API read back.
+// the real binary with the open_telemetry_collector tracer, on two
+// mosquitto brokers, and Jaeger's own query API read back. The chain runs
+// twice: on MQTT 5 (the trace context in user properties) and on MQTT
+// 3.1.1 with trace_context: envelope (in the reliomq v1 envelopes).
 package tracing
 
 import (
@@ -21,6 +23,29 @@ const (
 	wantTraces = 18 // of events: "≥ 18 of 20" (a span may be dropped by a loaded exporter)
 )
 
+// chain is how the three processes speak MQTT, and so where the trace
+// context travels.
+type chain struct {
+	protocol      string // protocol_version of every MQTT component
+	traceEnvelope bool   // trace_context: envelope on the components whose envelopes carry it
+}
+
+var (
+	mqtt5        = chain{protocol: "5"}
+	mqtt311Trace = chain{protocol: "3.1.1", traceEnvelope: true}
+)
+
+// settings are c's YAML lines for a component, indented by indent;
+// enveloped says whether the component sends or reads reliomq v1 envelopes
+// (only those take trace_context: envelope).
+func (c chain) settings(indent string, enveloped bool) string {
+	s := indent + `protocol_version: "` + c.protocol + `"` + "\n"
+	if c.traceEnvelope && enveloped {
+		s += indent + "trace_context: envelope\n"
+	}
+	return s
+}
+
 func tracer(service, transport, addr string) string {
 	return fmt.Sprintf(`
 tracer:
@@ -34,7 +59,7 @@ tracer:
 // up, so the outbox drains); ev-21 is larger than the bridge's
 // max_payload_bytes, so the bridge dead-letters it. Each side logs
 // tracing_id() so the test can compare what Benthos reads at both ends.
-func publisherYAML(broker, collector string) string {
+func publisherYAML(c chain, broker, collector string) string {
 	return `
 input:
   generate:
@@ -51,8 +76,7 @@ pipeline:
 output:
   reliable_mqtt_out:
     urls: [ "` + broker + `" ]
-    protocol_version: "5"
-    client_id: publisher-1
+` + c.settings("    ", true) + `    client_id: publisher-1
     topic: factory/press-1/data
     event_id: ${! meta("event_id") }
     confirm: end_to_end
@@ -63,13 +87,12 @@ output:
 ` + tracer("publisher", "http", collector)
 }
 
-func bridgeYAML(source, dest, collector string) string {
+func bridgeYAML(c chain, source, dest, collector string) string {
 	return `
 input:
   reliable_mqtt_in:
     urls: [ "` + source + `" ]
-    protocol_version: "5"
-    client_id: bridge-1
+` + c.settings("    ", true) + `    client_id: bridge-1
     topics: [ reliable/ingress ]
     qos: 1
     envelope: ingress
@@ -78,8 +101,7 @@ output:
   fallback:
     - reliable_mqtt_out:
         urls: [ "` + dest + `" ]
-        protocol_version: "5"
-        client_id: bridge-1-out
+` + c.settings("        ", true) + `        client_id: bridge-1-out
         topic: ${! meta("destination_topic") }
         event_id: ${! meta("event_id") }
         confirm: end_to_end
@@ -94,8 +116,7 @@ output:
             output:
               reliable_mqtt_out:
                 urls: [ "` + dest + `" ]
-                protocol_version: "5"
-                client_id: bridge-1-dead-letter
+` + c.settings("                ", false) + `                client_id: bridge-1-dead-letter
                 topic: reliable/dead-letter
                 event_id: ${! meta("event_id") }
                 outbox:
@@ -105,13 +126,12 @@ output:
 ` + tracer("bridge", "grpc", collector)
 }
 
-func consumerYAML(broker, collector string) string {
+func consumerYAML(c chain, broker, collector string) string {
 	return `
 input:
   reliable_mqtt_in:
     urls: [ "` + broker + `" ]
-    protocol_version: "5"
-    client_id: consumer-1
+` + c.settings("    ", true) + `    client_id: consumer-1
     topics: [ reliable/deliveries ]
     qos: 1
     envelope: ingress
@@ -208,19 +228,34 @@ func causal(h hopSpans) string {
 }
 
 func TestEachEventIsOneTraceThroughPublisherBridgeAndConsumer(t *testing.T) {
+	checkChain(t, mqtt5)
+}
+
+// On MQTT 3.1.1 there are no user properties: with trace_context: envelope
+// on every enveloped component the context rides in the reliomq v1
+// envelopes, and each event is still one trace through all three processes.
+func TestEachEventIsOneTraceOverMQTT311WithTheTraceContextInTheEnvelope(t *testing.T) {
+	checkChain(t, mqtt311Trace)
+}
+
+// checkChain runs the chain as c says and checks, in Jaeger, that ≥ 18 of
+// 20 events are one causal trace through the three services, that
+// tracing_id() reads that trace at both ends, and that the dead-lettered
+// event's trace says so.
+func checkChain(t *testing.T, c chain) {
 	jaeger := harness.StartJaeger(t)
 	edge := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	cloud := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	args := []string{"--log.level", "info", "-s", "http.enabled=false"}
 
-	consumer := harness.RunPipeline(t, consumerYAML(cloud.URL(), jaeger.OTLPHTTP), harness.ProcOptions{Args: args})
-	bridge := harness.RunPipeline(t, bridgeYAML(edge.URL(), cloud.URL(), jaeger.OTLPGRPC), harness.ProcOptions{Args: args})
+	consumer := harness.RunPipeline(t, consumerYAML(c, cloud.URL(), jaeger.OTLPHTTP), harness.ProcOptions{Args: args})
+	bridge := harness.RunPipeline(t, bridgeYAML(c, edge.URL(), cloud.URL(), jaeger.OTLPGRPC), harness.ProcOptions{Args: args})
 	// The publisher starts once both subscribers are up, so nothing waits
 	// on a session that does not exist yet.
 	harness.Eventually(t, 60*time.Second, "consumer and bridge subscribed", func() bool {
 		return strings.Count(consumer.Log()+bridge.Log(), "is now active") >= 2
 	})
-	publisher := harness.RunPipeline(t, publisherYAML(edge.URL(), jaeger.OTLPHTTP), harness.ProcOptions{Args: args})
+	publisher := harness.RunPipeline(t, publisherYAML(c, edge.URL(), jaeger.OTLPHTTP), harness.ProcOptions{Args: args})
 
 	// Every event applied at the consumer (logged with its tracing_id).
 	harness.Eventually(t, 120*time.Second, "20 events at the consumer", func() bool {

@@ -46,7 +46,14 @@ type Stream struct {
 func Start(t testing.TB, output string, processors ...string) *Stream {
 	t.Helper()
 	logs := &harness.LogBuffer{}
-	return start(t, logs, debugTo(logs), false, output, processors)
+	return start(t, logs, debugTo(logs), false, "", output, processors)
+}
+
+// StartTraced is Start with the tracer tracer (the YAML body of `tracer:`).
+func StartTraced(t testing.TB, tracer, output string, processors ...string) *Stream {
+	t.Helper()
+	logs := &harness.LogBuffer{}
+	return start(t, logs, debugTo(logs), false, tracer, output, processors)
 }
 
 // StartBatches is Start with a producer of whole batches: the stream is
@@ -54,7 +61,7 @@ func Start(t testing.TB, output string, processors ...string) *Stream {
 func StartBatches(t testing.TB, output string, processors ...string) *Stream {
 	t.Helper()
 	logs := &harness.LogBuffer{}
-	return start(t, logs, debugTo(logs), true, output, processors)
+	return start(t, logs, debugTo(logs), true, "", output, processors)
 }
 
 // StartQuiet is Start with the logs discarded (Logs stays empty): for
@@ -62,7 +69,7 @@ func StartBatches(t testing.TB, output string, processors ...string) *Stream {
 // pipeline's own work.
 func StartQuiet(t testing.TB, output string, processors ...string) *Stream {
 	t.Helper()
-	return start(t, &harness.LogBuffer{}, slog.NewTextHandler(io.Discard, nil), false, output, processors)
+	return start(t, &harness.LogBuffer{}, slog.NewTextHandler(io.Discard, nil), false, "", output, processors)
 }
 
 // debugTo writes every log line, debug level included, to logs.
@@ -70,10 +77,15 @@ func debugTo(logs *harness.LogBuffer) slog.Handler {
 	return slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})
 }
 
-func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, batches bool, output string, processors []string) *Stream {
+func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, batches bool, tracer, output string, processors []string) *Stream {
 	t.Helper()
 	sb := service.NewStreamBuilder()
 	sb.SetLogger(slog.New(h))
+	if tracer != "" {
+		if err := sb.SetTracerYAML(tracer); err != nil {
+			t.Fatalf("tracer config: %v", err)
+		}
+	}
 	s := &Stream{Logs: logs, t: t, ended: make(chan struct{})}
 	var err error
 	if batches {
