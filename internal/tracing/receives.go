@@ -20,8 +20,9 @@ type Receives struct {
 }
 
 // NewReceives returns the span starter of the receiving hop named hop; nil
-// when tp records nothing. A nil *Receives starts no span, but still passes
-// a received trace context on, which costs nothing to carry.
+// when tp records nothing. A nil *Receives starts no span and leaves the
+// context as it is (a received trace context goes no further: nothing
+// records it here).
 func NewReceives(tp trace.TracerProvider, hop string) *Receives {
 	if !On(tp) {
 		return nil
