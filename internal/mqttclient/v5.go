@@ -320,17 +320,8 @@ func (t *v5Token) complete(err error) {
 
 // Subscribe subscribes to filters and waits, bounded by ctx and the
 // connection, for the SUBACK. A refused filter is a *ReasonCodeError
-// naming it.
-//
-// A SUBACK 0x91 (packet identifier in use) is answered with the same
-// SUBSCRIBE under the next packet ID. The embedded broker (mochi v2.7.9)
-// keeps the IDs of its own in-flight publishes to us in the same table
-// as ours, although each side numbers independently: a resumed session
-// whose unacknowledged delivery holds ID 1 refuses the first SUBSCRIBE
-// of every new connection, and without the retry the consumer would
-// reconnect forever. Each attempt takes a fresh ID from the session
-// state, so the retries end once the IDs pass the broker's in-flight
-// ones; they are bounded by ctx and by the 65535 IDs there are.
+// naming it; a refusal of the packet ID (0x91) is retried under the next
+// one (subscribe.go).
 func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	if len(filters) == 0 {
 		return nil
@@ -341,27 +332,8 @@ func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	defer cancel()
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
-	for attempt := 1; ; attempt++ {
-		err := c.subscribeOnce(ctx, names, filters)
-		var rc *ReasonCodeError
-		if !errors.As(err, &rc) || rc.Code != reasonPacketIDInUse || attempt == maxPacketIDs {
-			if err == nil && attempt > 1 {
-				c.log.Infof("MQTT SUBSCRIBE to %v accepted on attempt %d", names, attempt)
-			}
-			return err
-		}
-		if attempt == 1 {
-			c.log.Infof("MQTT broker refused the SUBSCRIBE to %v with SUBACK 0x91 (packet identifier in use: the broker counts its own in-flight publishes to this session); subscribing again under the next packet ID", names)
-		}
-	}
+	return subscribeRetryingInUse(c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
 }
-
-// reasonPacketIDInUse is the MQTT 5 reason code 0x91.
-const reasonPacketIDInUse byte = 0x91
-
-// maxPacketIDs is how many packet IDs there are: after that many
-// attempts every ID has been refused.
-const maxPacketIDs = 65535
 
 // subscribeOnce sends one SUBSCRIBE and waits for its SUBACK.
 func (c *v5Conn) subscribeOnce(ctx context.Context, names []string, filters map[string]byte) error {
