@@ -197,7 +197,11 @@ func TestHelpExamplesWork(t *testing.T) {
 	// The examples name the command reliable-mqtt, whatever the file
 	// under test is called ($RELIABLE_MQTT_BIN may be /tmp/x-bin).
 	bin := t.TempDir()
-	if err := os.Symlink(harness.Binary(t), filepath.Join(bin, "reliable-mqtt")); err != nil {
+	target, err := filepath.Abs(harness.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(bin, "reliable-mqtt")); err != nil {
 		t.Fatal(err)
 	}
 	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
