@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func (s *pubrelStore) Put(key string, m packets.ControlPacket) {
 type v311Conn struct {
 	link
 	paho paho.Client
+	log  Logger
 }
 
 var _ Conn = (*v311Conn)(nil)
@@ -61,22 +63,38 @@ func (c *v311Conn) PublishAsync(p mqttmsg.Publication) Token {
 func (c *v311Conn) Limits() ServerLimits { return NoLimits }
 
 // Subscribe subscribes to filters and waits, bounded by ctx, for the SUBACK.
-// A filter the broker refuses (return code 0x80) is an error.
+// A filter the broker refuses (return code 0x80) is an error, and so is a
+// code MQTT 3.1.1 does not define; a refusal of the packet ID (0x91, which
+// the embedded broker sends) is retried under the next one (subscribe.go).
 func (c *v311Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	if len(filters) == 0 {
 		return nil
 	}
+	names := keys(filters)
+	slices.Sort(names)
+	return subscribeRetryingInUse(c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
+}
+
+// subscribeOnce sends one SUBSCRIBE and waits for its SUBACK.
+func (c *v311Conn) subscribeOnce(ctx context.Context, names []string, filters map[string]byte) error {
 	tok := c.paho.SubscribeMultiple(filters, nil)
 	if err := c.wait(ctx, tok); err != nil {
-		return fmt.Errorf("subscribe %v: %w", keys(filters), err)
+		return fmt.Errorf("subscribe %v: %w", names, err)
 	}
 	st, ok := tok.(*paho.SubscribeToken)
 	if !ok {
 		return nil
 	}
-	for f, code := range st.Result() {
-		if code == 0x80 {
+	codes := st.Result()
+	for _, f := range names {
+		switch code := codes[f]; {
+		case code <= 2:
+		case code == 0x80:
 			return fmt.Errorf("subscribe: the broker refused filter %q (SUBACK 0x80): check its ACLs and the filter syntax", f)
+		case code == reasonPacketIDInUse:
+			return fmt.Errorf("subscribe: %w", &ReasonCodeError{Packet: "SUBACK", Code: code, Filter: f, Reason: "packet identifier in use"})
+		default:
+			return fmt.Errorf("subscribe: the broker answered filter %q with SUBACK code 0x%02x, which MQTT 3.1.1 does not define", f, code)
 		}
 	}
 	return nil
@@ -112,7 +130,7 @@ func (c *Client) pingTimeout() time.Duration {
 
 // dialV311 makes one MQTT 3.1.1 connection attempt with a fresh paho client.
 func (c *Client) dialV311(gen uint64, closing <-chan struct{}) (conn, error) {
-	conn := &v311Conn{link: newLink(gen)}
+	conn := &v311Conn{link: newLink(gen), log: c.log}
 	o := paho.NewClientOptions().
 		// Explicit 3.1.1: otherwise paho retries a node that did not answer
 		// with MQTT 3.1, a second connect_timeout for each silent node.

@@ -320,21 +320,27 @@ func (t *v5Token) complete(err error) {
 
 // Subscribe subscribes to filters and waits, bounded by ctx and the
 // connection, for the SUBACK. A refused filter is a *ReasonCodeError
-// naming it.
+// naming it; a refusal of the packet ID (0x91) is retried under the next
+// one (subscribe.go).
 func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	if len(filters) == 0 {
 		return nil
 	}
 	names := keys(filters)
 	slices.Sort(names)
-	sub := &paho.Subscribe{}
-	for _, f := range names {
-		sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: filters[f]})
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
+	return subscribeRetryingInUse(c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
+}
+
+// subscribeOnce sends one SUBSCRIBE and waits for its SUBACK.
+func (c *v5Conn) subscribeOnce(ctx context.Context, names []string, filters map[string]byte) error {
+	sub := &paho.Subscribe{}
+	for _, f := range names {
+		sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: filters[f]})
+	}
 	sa, err := c.cli.Subscribe(ctx, sub)
 	if sa != nil {
 		for i, code := range sa.Reasons {
