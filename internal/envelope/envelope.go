@@ -132,8 +132,16 @@ func EncodeAck(eventID string) ([]byte, error) {
 
 // DecodeIngress strictly decodes an ingress envelope: exactly reliomq v1's
 // keys (a trace context is refused, see ErrTraceContext).
-func DecodeIngress(b []byte) (Ingress, error) {
-	fields, err := decodeMessage(b, "ingress envelope", "event_id", "payload", "topic", "version")
+func DecodeIngress(b []byte) (Ingress, error) { return decodeIngress(b, false) }
+
+// decodeIngress decodes an ingress envelope; traced accepts a trace context
+// (DecodeTracedIngress).
+func decodeIngress(b []byte, traced bool) (Ingress, error) {
+	keys := []string{"event_id", "payload", "topic", "version"}
+	if traced {
+		keys = []string{"event_id", "payload", "topic", "?traceparent", "?tracestate", "version"}
+	}
+	fields, err := decodeMessage(b, "ingress envelope", keys...)
 	if err != nil {
 		return Ingress{}, err
 	}
@@ -145,13 +153,27 @@ func DecodeIngress(b []byte) (Ingress, error) {
 	if err != nil {
 		return Ingress{}, err
 	}
-	return Ingress{EventID: id, Topic: topic, Payload: appendValue(nil, fields[1])}, nil
+	ing := Ingress{EventID: id, Topic: topic, Payload: appendValue(nil, fields[1])}
+	if traced {
+		if ing.Trace, err = traceFields(fields[3], fields[4]); err != nil {
+			return Ingress{}, err
+		}
+	}
+	return ing, nil
 }
 
 // DecodeDelivery strictly decodes a delivery envelope: exactly reliomq v1's
 // keys (a trace context is refused, see ErrTraceContext).
-func DecodeDelivery(b []byte) (Delivery, error) {
-	fields, err := decodeMessage(b, "delivery envelope", "event_id", "payload", "version")
+func DecodeDelivery(b []byte) (Delivery, error) { return decodeDelivery(b, false) }
+
+// decodeDelivery decodes a delivery envelope; traced accepts a trace
+// context (DecodeTracedDelivery).
+func decodeDelivery(b []byte, traced bool) (Delivery, error) {
+	keys := []string{"event_id", "payload", "version"}
+	if traced {
+		keys = []string{"event_id", "payload", "?traceparent", "?tracestate", "version"}
+	}
+	fields, err := decodeMessage(b, "delivery envelope", keys...)
 	if err != nil {
 		return Delivery{}, err
 	}
@@ -159,7 +181,13 @@ func DecodeDelivery(b []byte) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	return Delivery{EventID: id, Payload: appendValue(nil, fields[1])}, nil
+	del := Delivery{EventID: id, Payload: appendValue(nil, fields[1])}
+	if traced {
+		if del.Trace, err = traceFields(fields[2], fields[3]); err != nil {
+			return Delivery{}, err
+		}
+	}
+	return del, nil
 }
 
 // DecodeAck strictly decodes an ACK and returns its event ID. An ACK that

@@ -102,43 +102,11 @@ func isTraceKey(k string) bool { return k == KeyTraceparent || k == KeyTracestat
 // DecodeTracedIngress decodes an ingress envelope that may carry a trace
 // context (and must otherwise be exactly reliomq v1's); Ingress.Trace is
 // zero when it carries none.
-func DecodeTracedIngress(b []byte) (Ingress, error) {
-	fields, err := decodeMessage(b, "ingress envelope", "event_id", "payload", "topic", "?traceparent", "?tracestate", "version")
-	if err != nil {
-		return Ingress{}, err
-	}
-	id, err := eventIDField(fields[0])
-	if err != nil {
-		return Ingress{}, err
-	}
-	topic, err := topicField(fields[2])
-	if err != nil {
-		return Ingress{}, err
-	}
-	tc, err := traceFields(fields[3], fields[4])
-	if err != nil {
-		return Ingress{}, err
-	}
-	return Ingress{EventID: id, Topic: topic, Payload: appendValue(nil, fields[1]), Trace: tc}, nil
-}
+func DecodeTracedIngress(b []byte) (Ingress, error) { return decodeIngress(b, true) }
 
 // DecodeTracedDelivery decodes a delivery envelope that may carry a trace
 // context; Delivery.Trace is zero when it carries none.
-func DecodeTracedDelivery(b []byte) (Delivery, error) {
-	fields, err := decodeMessage(b, "delivery envelope", "event_id", "payload", "?traceparent", "?tracestate", "version")
-	if err != nil {
-		return Delivery{}, err
-	}
-	id, err := eventIDField(fields[0])
-	if err != nil {
-		return Delivery{}, err
-	}
-	tc, err := traceFields(fields[2], fields[3])
-	if err != nil {
-		return Delivery{}, err
-	}
-	return Delivery{EventID: id, Payload: appendValue(nil, fields[1]), Trace: tc}, nil
-}
+func DecodeTracedDelivery(b []byte) (Delivery, error) { return decodeDelivery(b, true) }
 
 // traceFields reads the optional trace keys' values (nil: absent).
 func traceFields(parent, state *value) (TraceContext, error) {

@@ -60,14 +60,25 @@ tracer:
 // max_payload_bytes, so the bridge dead-letters it. Each side logs
 // tracing_id() so the test can compare what Benthos reads at both ends.
 func publisherYAML(c chain, broker, collector string) string {
+	return publisherWith(c, broker, collector, `let seq = counter()
+      meta event_id = "ev-%02d".format($seq)
+      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }`)
+}
+
+// publisherWith is a publisher whose generate input runs mapping (indented
+// for its place in the YAML) and whose output has the fields extra (each a
+// "key: value" line) besides the chain's.
+func publisherWith(c chain, broker, collector, mapping string, extra ...string) string {
+	more := ""
+	for _, f := range extra {
+		more += "    " + f + "\n"
+	}
 	return `
 input:
   generate:
     interval: 50ms
     mapping: |
-      let seq = counter()
-      meta event_id = "ev-%02d".format($seq)
-      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }
+      ` + mapping + `
 pipeline:
   processors:
     - log:
@@ -82,7 +93,7 @@ output:
     confirm: end_to_end
     data_topic: reliable/ingress
     ack_topic: reliable/acks
-    outbox:
+` + more + `    outbox:
       path: ./publisher-outbox.db
 ` + tracer("publisher", "http", collector)
 }

@@ -23,31 +23,7 @@ func crashPublisherYAML(c chain, broker, collector string, write bool) string {
       meta event_id = "ev-%02d".format($seq)
       root = if $seq > ` + fmt.Sprint(crashEvents) + ` { deleted() } else { { "seq": $seq } }`
 	}
-	return `
-input:
-  generate:
-    interval: 50ms
-    mapping: |
-      ` + mapping + `
-pipeline:
-  processors:
-    - log:
-        level: INFO
-        message: 'TRACED ${! meta("event_id") } ${! tracing_id() }'
-output:
-  reliable_mqtt_out:
-    urls: [ "` + broker + `" ]
-` + c.settings("    ", true) + `    client_id: publisher-1
-    topic: factory/press-1/data
-    event_id: ${! meta("event_id") }
-    confirm: end_to_end
-    data_topic: reliable/ingress
-    ack_topic: reliable/acks
-    ack_timeout: 2s
-    stats_interval: 1s
-    outbox:
-      path: ./publisher-outbox.db
-` + tracer("publisher", "http", collector)
+	return publisherWith(c, broker, collector, mapping, "ack_timeout: 2s", "stats_interval: 1s")
 }
 
 var pendingLine = regexp.MustCompile(`; (\d+) pending \(`)
