@@ -1,6 +1,7 @@
 package mqttclient_test
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -58,6 +59,44 @@ func TestSubscribeRetriesWhenTheBrokerSaysThePacketIDIsInUse(t *testing.T) {
 		publish(t, pub, mqttmsg.Publication{Topic: "added", QoS: 1, Payload: []byte("new")})
 		if msg := again.waitFor(t, 2, 10*time.Second)[1]; string(msg.Payload()) != "new" {
 			t.Fatalf("after the resumed SUBSCRIBE %q arrived, want \"new\" on the added filter", msg.Payload())
+		}
+	})
+}
+
+// A resumed session whose broker holds more in-flight deliveries than the
+// client will try packet IDs for (here 40 unacknowledged, against 32
+// attempts): each refused SUBSCRIBE costs a round trip, and on a slow link
+// they outlasted connect_timeout, after which the next connection
+// numbered from 1 again, for ever (the embedded broker after a power cut,
+// tests/powerloss path E). The connection goes on with a warning and the
+// session's own subscription, which redelivers every held message.
+func TestSubscribeGoesOnWithTheSessionAfterManyPacketIDsInUse(t *testing.T) {
+	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
+		const held = 40
+		url := "embedded://?dir=" + filepath.Join(t.TempDir(), "broker")
+		withID := func(id string) mqttclient.Config { c := config(url); c.ClientID = id; return c }
+		pub := waitReady(t, startWith(t, withID("inuse-many-pub"), nil, nil, mqttclient.Options{}))
+		got := newInbox()
+		first := startWith(t, withID("inuse-many"), map[string]byte{"inuse": 1}, got, mqttclient.Options{ManualAck: true})
+		waitReady(t, first)
+		for i := 0; i < held; i++ {
+			publish(t, pub, mqttmsg.Publication{Topic: "inuse", QoS: 1, Payload: []byte(fmt.Sprint(i))})
+		}
+		got.waitFor(t, held, 10*time.Second)
+		closeClient(t, first) // all unacknowledged: IDs 1 … 40 stay in flight
+
+		logs := &harness.LogBuffer{}
+		log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		again := newInbox()
+		second := startWith(t, withID("inuse-many"), map[string]byte{"inuse": 1}, again, mqttclient.Options{ManualAck: true, Logger: log})
+		if conn := waitReady(t, second); !conn.SessionPresent() {
+			t.Fatal("session not present on the second connection")
+		}
+		if !logs.Contains("going on with the subscriptions the resumed session already has") {
+			t.Fatalf("no warning after the attempts ran out; logged:\n%s", logs)
+		}
+		if msgs := again.waitFor(t, held, 10*time.Second); len(msgs) < held {
+			t.Fatalf("the resumed session redelivered %d of %d held messages", len(msgs), held)
 		}
 	})
 }
