@@ -1,6 +1,11 @@
 package mqttclient
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+)
 
 // SUBACK 0x91 (packet identifier in use), on either protocol.
 //
@@ -19,7 +24,10 @@ import "errors"
 // and a session whose store holds hundreds of deliveries (the embedded
 // broker after a power cut: tests/powerloss path E) would outlast
 // connect_timeout, and the next connection numbers from 1 again: a
-// livelock. So after inUseAttempts the connection goes on with a warning:
+// livelock. So after inUseAttempts, or once the attempts have used a
+// quarter of the time ctx leaves (connect_timeout: under a loaded or
+// emulated machine 32 round trips can take longer), the connection goes on
+// with a warning:
 // the refusal can only come to a resumed session, which keeps the filters
 // it had, and the broker frees the IDs as this client acknowledges the
 // deliveries that hold them, so a later connection's SUBSCRIBE gets
@@ -33,9 +41,14 @@ const reasonPacketIDInUse byte = 0x91
 const inUseAttempts = 32
 
 // subscribeRetryingInUse runs once (one SUBSCRIBE and its SUBACK) until it
-// does not fail with SUBACK 0x91, at most inUseAttempts times, and logs
-// the first refusal and how it ended.
-func subscribeRetryingInUse(log Logger, names []string, once func() error) error {
+// does not fail with SUBACK 0x91, at most inUseAttempts times and within a
+// quarter of ctx's time, and logs the first refusal and how it ended.
+func subscribeRetryingInUse(ctx context.Context, log Logger, names []string, once func() error) error {
+	start := time.Now()
+	budget := time.Duration(math.MaxInt64)
+	if deadline, ok := ctx.Deadline(); ok {
+		budget = time.Until(deadline) / 4
+	}
 	for attempt := 1; ; attempt++ {
 		err := once()
 		var rc *ReasonCodeError
@@ -48,7 +61,7 @@ func subscribeRetryingInUse(log Logger, names []string, once func() error) error
 		if attempt == 1 {
 			log.Infof("MQTT broker refused the SUBSCRIBE to %v with SUBACK 0x91 (packet identifier in use: the broker counts its own in-flight publishes to this session); subscribing again under the next packet ID", names)
 		}
-		if attempt == inUseAttempts {
+		if attempt == inUseAttempts || time.Since(start) > budget {
 			log.Warnf("MQTT broker refused the SUBSCRIBE to %v %d times with SUBACK 0x91 (its in-flight publishes to this session hold those packet IDs); going on with the subscriptions the resumed session already has: a filter new to the session gets nothing until a later connection subscribes it", names, attempt)
 			return nil
 		}

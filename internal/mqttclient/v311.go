@@ -72,7 +72,7 @@ func (c *v311Conn) Subscribe(ctx context.Context, filters map[string]byte) error
 	}
 	names := keys(filters)
 	slices.Sort(names)
-	return subscribeRetryingInUse(c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
+	return subscribeRetryingInUse(ctx, c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
 }
 
 // subscribeOnce sends one SUBSCRIBE and waits for its SUBACK.

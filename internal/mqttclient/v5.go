@@ -332,7 +332,7 @@ func (c *v5Conn) Subscribe(ctx context.Context, filters map[string]byte) error {
 	defer cancel()
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
-	return subscribeRetryingInUse(c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
+	return subscribeRetryingInUse(ctx, c.log, names, func() error { return c.subscribeOnce(ctx, names, filters) })
 }
 
 // subscribeOnce sends one SUBSCRIBE and waits for its SUBACK.
