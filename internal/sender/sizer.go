@@ -29,8 +29,9 @@ import (
 //     slower link), the window falls to it at once.
 //   - Queueing. Confirmations that arrive in bursts (a broker answering a
 //     batch of PUBLISHes at once) can overstate the rate, so the window
-//     also grows only while the smoothed RTT stays below queueLimit × the
-//     minimum RTT (TCP Vegas's test): once the records it adds only wait
+//     also grows only while the smoothed RTT stays below gain × the
+//     minimum RTT (TCP Vegas's test; the gain is 2 but during and after a
+//     kept gain trial, below): once the records it adds only wait
 //     in a queue, it holds. On loopback the floor already keeps a queue (the
 //     broker's CPU is the bottleneck), so the window stays at the floor.
 //   - First round. Until a record sent after the first confirmation is
@@ -92,7 +93,7 @@ type sizer struct {
 	gainBase   float64   // confirmed rate of the round before the trial, records/s
 	gainRound  int64     // the round the trial began, or the first one the next may begin in
 	roundRate  float64   // confirmed rate of the last round, records/s
-	flatRounds int       // rounds in a row whose rate rose less than gainRise
+	flatRounds int       // rounds in a row whose rate stayed within gainRise of the one before
 	roundAt    time.Time // when the current round began
 	roundFrom  int64     // delivered when the current round began
 
@@ -114,10 +115,6 @@ const (
 	gainRise        = 1.1
 	gainRestRounds  = 10
 	maxGain         = 6
-	// queueLimit: the window grows only while the smoothed RTT is below
-	// this many minimum RTTs, i.e. while the records it adds do not just
-	// wait in a queue (TCP Vegas's test).
-	queueLimit = 2
 	bwRounds   = 10
 	// A probe costs about one round trip of an idle link, so it comes
 	// every probeEvery plus probeEveryRTTs round trips.
