@@ -115,7 +115,7 @@ const (
 	gainRise        = 1.1
 	gainRestRounds  = 10
 	maxGain         = 6
-	bwRounds   = 10
+	bwRounds        = 10
 	// A probe costs about one round trip of an idle link, so it comes
 	// every probeEvery plus probeEveryRTTs round trips.
 	probeEvery     = 10 * time.Second
