@@ -7,16 +7,18 @@
 #   SHA256SUMS
 #   reliable-mqtt_<v>_image_linux_{amd64,arm64,armv7}.tar  the Dockerfile's
 #       image as an OCI archive (when buildah is installed; IMAGE=0 skips it)
-# The version is $VERSION, else `git describe --tags --dirty`; the build date
-# is the commit's time, so the same commit gives the same binaries.
+# The version is $VERSION, else `git describe --tags --dirty` (the release tag,
+# or tag-N-g<commit> after it), else "devel" (no tag); the build date is the
+# commit's time, so the same commit gives the same binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version=${VERSION:-$(git describe --tags --dirty 2>/dev/null || echo "v0.0.0-dev")}
+version=${VERSION:-$(git describe --tags --dirty 2>/dev/null || echo devel)}
 commit=$(git rev-parse HEAD)
 epoch=$(git log -1 --format=%ct)
 date=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 debversion=${version#v}
+[[ $debversion =~ ^[0-9] ]] || debversion=0~$debversion # Debian's versions start with a digit
 debversion=${debversion//-/+}
 dist=dist
 rm -rf "$dist"

@@ -20,13 +20,14 @@ const (
 // package installs the first.
 var defaultConfigPaths = []string{"/etc/reliable-mqtt/config.yaml"}
 
-// Build stamps, set by the release script:
+// Build stamps, set by the release script from `git describe --tags`:
 //
 //	go build -ldflags "-X main.version=v1.2.3 -X main.commit=<sha> -X main.date=<RFC 3339>"
 //
 // Left empty, they come from the Go toolchain's build info (a module version
-// for `go install …@vX`, the VCS revision and commit time for a build in a
-// git checkout with -buildvcs on).
+// for `go install …@vX` or a tagged checkout, the VCS revision and commit
+// time for a build in a git checkout with -buildvcs on). A build no tag
+// names is "devel".
 var version, commit, date string
 
 // buildStamp returns the version (with the commit it was built from, when
@@ -35,7 +36,7 @@ func buildStamp() (ver, built string) {
 	ver, rev, built := version, commit, date
 	modified := false
 	if info, ok := debug.ReadBuildInfo(); ok {
-		if ver == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		if ver == "" && tagged(info.Main.Version) {
 			ver = info.Main.Version
 		}
 		for _, s := range info.Settings {
@@ -69,6 +70,13 @@ func buildStamp() (ver, built string) {
 		built = "unknown"
 	}
 	return ver, built
+}
+
+// tagged reports whether a module version from the build info names a
+// tag: not "(devel)", and not the pseudo-version v0.0.0-<time>-<commit>
+// that the toolchain makes up for a commit with no tag before it.
+func tagged(v string) bool {
+	return v != "" && v != "(devel)" && !strings.HasPrefix(v, "v0.0.0-")
 }
 
 // defaultHTTPAddress is loopback: Benthos listens on every interface by

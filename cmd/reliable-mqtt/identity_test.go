@@ -18,6 +18,22 @@ func TestBuildStampPrefersLinkerStamps(t *testing.T) {
 	}
 }
 
+func TestBuildStampSaysDevelWithoutATag(t *testing.T) {
+	defer func(v, c, d string) { version, commit, date = v, c, d }(version, commit, date)
+	version, commit, date = "", "0123456789abcdef0123", ""
+	if ver, _ := buildStamp(); ver != "devel (commit 0123456789ab)" {
+		t.Fatalf("untagged buildStamp() = %q", ver)
+	}
+	for v, want := range map[string]bool{
+		"v1.2.3": true, "v1.2.4-0.20261203120000-0123456789ab": true, "v1.2.3+dirty": true,
+		"v0.0.0-20261203120000-0123456789ab": false, "(devel)": false, "": false,
+	} {
+		if tagged(v) != want {
+			t.Errorf("tagged(%q) = %v, want %v", v, !want, want)
+		}
+	}
+}
+
 // THIRD_PARTY must name every module linked into the binary at the version
 // go.mod selects; tools/third-party.sh rewrites it.
 func TestThirdPartyNamesEveryLinkedModule(t *testing.T) {
