@@ -124,16 +124,6 @@ func EventID(id, topic string) (string, error) {
 	}
 }
 
-// Message is one event as the output publishes it: its record in the
-// outbox, or one publish in direct mode.
-type Message struct {
-	EventID string
-	Topic   string
-	Payload []byte
-	Retain  bool
-	Props   *mqttmsg.Properties // MQTT 5 only
-}
-
 // Encoding is how the output turns a message into the record it stores and
 // publishes, so that a resend is byte-identical.
 type Encoding struct {
@@ -156,7 +146,7 @@ func (e Encoding) Enveloped() bool {
 // it leaves rec alone when that would take the payload beyond
 // MaxPayloadBytes (a trace context is never worth refusing an event) and
 // reports whether it added it.
-func (e Encoding) AddTraceContext(rec *Message, tc envelope.TraceContext) (bool, error) {
+func (e Encoding) AddTraceContext(rec *mqttmsg.Event, tc envelope.TraceContext) (bool, error) {
 	if !e.TraceContext || !e.Enveloped() || tc == (envelope.TraceContext{}) {
 		return false, nil
 	}
@@ -178,8 +168,8 @@ func SamePayload(stored, written []byte) bool {
 // Encode builds the record of event id for topic from the payload raw and
 // the MQTT 5 properties extra (nil: none). It does not check the size (see
 // CheckSize).
-func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttmsg.Properties) (Message, error) {
-	rec := Message{EventID: id, Topic: topic, Payload: raw, Props: extra}
+func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttmsg.Properties) (mqttmsg.Event, error) {
+	rec := mqttmsg.Event{EventID: id, Topic: topic, Payload: raw, Props: extra}
 	var err error
 	switch {
 	case e.Mode == Properties && e.EndToEnd:
@@ -194,14 +184,14 @@ func (e Encoding) Encode(id, topic string, raw []byte, extra *mqttmsg.Properties
 		rec.Payload, err = envelope.EncodeDelivery(id, raw)
 	}
 	if err != nil {
-		return Message{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
+		return mqttmsg.Event{}, fmt.Errorf("event %s for topic %q cannot be enveloped (the payload must be strict JSON; use envelope: none with confirm: broker for other bytes): %w", id, topic, err)
 	}
 	return rec, nil
 }
 
 // CheckSize refuses a record whose payload exceeds MaxPayloadBytes; topic
 // is the destination topic the message was written for.
-func (e Encoding) CheckSize(rec Message, topic string) error {
+func (e Encoding) CheckSize(rec mqttmsg.Event, topic string) error {
 	if len(rec.Payload) > e.MaxPayloadBytes {
 		return fmt.Errorf("event %s for topic %q: payload of %d bytes exceeds max_payload_bytes (%d)", rec.EventID, topic, len(rec.Payload), e.MaxPayloadBytes)
 	}

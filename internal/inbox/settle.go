@@ -80,7 +80,7 @@ func (in *Inbox) publishAck(ctx context.Context, d *Delivery) error {
 			return err
 		}
 	}
-	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: in.s.Ack.Topic, QoS: 1, Payload: payload}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: in.s.Ack.Topic, Payload: payload}, QoS: 1}); err != nil {
 		in.m.AckPublishFails.Incr(1)
 		return fmt.Errorf("publishing the end-to-end ACK of event %s to %q: %w", eventID, in.s.Ack.Topic, err)
 	}

@@ -64,9 +64,9 @@ func outboxFile(t *testing.T) string {
 	}
 	props := &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "traceparent", Value: "00-abc-01"}}, ContentType: "text/plain"}
 	for _, e := range []outbox.Entry{
-		{EventID: "ev-1", Topic: "a/b", Payload: []byte(`{"n":1}`)},
-		{EventID: "ev-2", Topic: "a/c", Props: props, Payload: []byte("two")},
-		{EventID: "ev-3", Topic: "a/d", Payload: []byte{0xff, 0x00}},
+		{Event: mqttmsg.Event{EventID: "ev-1", Topic: "a/b", Payload: []byte(`{"n":1}`)}},
+		{Event: mqttmsg.Event{EventID: "ev-2", Topic: "a/c", Props: props, Payload: []byte("two")}},
+		{Event: mqttmsg.Event{EventID: "ev-3", Topic: "a/d", Payload: []byte{0xff, 0x00}}},
 	} {
 		if _, err := ob.Append(context.Background(), e); err != nil {
 			t.Fatal(err)

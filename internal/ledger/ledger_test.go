@@ -20,6 +20,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -308,7 +309,7 @@ func TestApplyAsOutboxParticipant(t *testing.T) {
 	}
 	key := claims.Key{Namespace: "p", ID: "e1"}
 	c, _ := claimT(t, l, key, "payload")
-	if _, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(c.Apply)}}); err != nil {
+	if _, err := ob.Append(context.Background(), outbox.Entry{Event: mqttmsg.Event{EventID: "e1", Topic: "t", Payload: []byte("payload")}, Participants: []func(*bolt.Tx) error{skip(c.Apply)}}); err != nil {
 		t.Fatal(err)
 	}
 	if !c.Committed() || ob.Stats().Pending != 1 {
@@ -326,7 +327,7 @@ func TestApplyAsOutboxParticipant(t *testing.T) {
 	if _, v := claimT(t, l, key, "payload"); v != claims.Duplicate {
 		t.Fatalf("got %v, want duplicate", v)
 	}
-	rec, err := ob.Append(context.Background(), outbox.Entry{EventID: "e1", Topic: "t", Payload: []byte("payload"), Participants: []func(*bolt.Tx) error{skip(l.SkipIfApplied(key, hashOf("payload")))}})
+	rec, err := ob.Append(context.Background(), outbox.Entry{Event: mqttmsg.Event{EventID: "e1", Topic: "t", Payload: []byte("payload")}, Participants: []func(*bolt.Tx) error{skip(l.SkipIfApplied(key, hashOf("payload")))}})
 	if err != nil || rec.Seq != 0 || ob.Stats().Pending != 0 {
 		t.Fatalf("duplicate append: seq=%d err=%v pending=%d, want skipped", rec.Seq, err, ob.Stats().Pending)
 	}
@@ -481,8 +482,7 @@ func TestSplitMessageStoresEveryPartUnderOneClaim(t *testing.T) {
 			key := claims.Key{Namespace: "p", ID: "split-1"}
 			c, _ := claimT(t, l, key, "whole message")
 			appendPart := func(id string) error {
-				_, err := ob.Append(ctx, outbox.Entry{EventID: id, Topic: "t", Payload: []byte(id),
-					Participants: []func(*bolt.Tx) error{c.Apply}})
+				_, err := ob.Append(ctx, outbox.Entry{Event: mqttmsg.Event{EventID: id, Topic: "t", Payload: []byte(id)}, Participants: []func(*bolt.Tx) error{c.Apply}})
 				return err
 			}
 
@@ -494,8 +494,7 @@ func TestSplitMessageStoresEveryPartUnderOneClaim(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := ob.Append(ctx, outbox.Entry{EventID: "blocker", Topic: "t", Payload: []byte("b"),
-						Participants: []func(*bolt.Tx) error{func(*bolt.Tx) error { <-block; return nil }}})
+					_, err := ob.Append(ctx, outbox.Entry{Event: mqttmsg.Event{EventID: "blocker", Topic: "t", Payload: []byte("b")}, Participants: []func(*bolt.Tx) error{func(*bolt.Tx) error { <-block; return nil }}})
 					errs[0] = err
 				}()
 				time.Sleep(50 * time.Millisecond)

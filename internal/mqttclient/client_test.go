@@ -93,7 +93,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 		if connects.Load() < 2 {
 			t.Fatalf("OnConnect ran %d times, want one per connection", connects.Load())
 		}
-		if err := first.Publish(context.Background(), mqttmsg.Publication{Topic: "t/x", QoS: 1, Payload: []byte("x")}); err == nil {
+		if err := first.Publish(context.Background(), mqttmsg.Publication{Event: mqttmsg.Event{Topic: "t/x", Payload: []byte("x")}, QoS: 1}); err == nil {
 			t.Fatal("publishing on a lost connection succeeded")
 		}
 	})
@@ -154,7 +154,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 				defer closeClient(t, c)
 				conn := waitReady(t, c)
 				for i := 0; i < 100; i++ {
-					if err := conn.Publish(context.Background(), mqttmsg.Publication{Topic: "order", QoS: 1, Payload: []byte{byte('0' + i%10)}}); err != nil {
+					if err := conn.Publish(context.Background(), mqttmsg.Publication{Event: mqttmsg.Event{Topic: "order", Payload: []byte{byte('0' + i%10)}}, QoS: 1}); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -35,7 +35,7 @@ func TestSubscribeRetriesWhenTheBrokerSaysThePacketIDIsInUse(t *testing.T) {
 		got := newInbox()
 		first := startWith(t, withID("inuse"), map[string]byte{"inuse": 1}, got, mqttclient.Options{ManualAck: true})
 		waitReady(t, first)
-		publish(t, pub, mqttmsg.Publication{Topic: "inuse", QoS: 1, Payload: []byte("held")})
+		publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "inuse", Payload: []byte("held")}, QoS: 1})
 		if msg := got.waitFor(t, 1, 10*time.Second)[0]; msg.MessageID() != 1 {
 			t.Fatalf("the broker sent the first message as packet ID %d: the test needs ID 1 in flight", msg.MessageID())
 		}
@@ -56,7 +56,7 @@ func TestSubscribeRetriesWhenTheBrokerSaysThePacketIDIsInUse(t *testing.T) {
 		if msg := again.waitFor(t, 1, 10*time.Second)[0]; string(msg.Payload()) != "held" {
 			t.Fatalf("the resumed session redelivered %q, want \"held\"", msg.Payload())
 		}
-		publish(t, pub, mqttmsg.Publication{Topic: "added", QoS: 1, Payload: []byte("new")})
+		publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "added", Payload: []byte("new")}, QoS: 1})
 		if msg := again.waitFor(t, 2, 10*time.Second)[1]; string(msg.Payload()) != "new" {
 			t.Fatalf("after the resumed SUBSCRIBE %q arrived, want \"new\" on the added filter", msg.Payload())
 		}
@@ -80,7 +80,7 @@ func TestSubscribeGoesOnWithTheSessionAfterManyPacketIDsInUse(t *testing.T) {
 		first := startWith(t, withID("inuse-many"), map[string]byte{"inuse": 1}, got, mqttclient.Options{ManualAck: true})
 		waitReady(t, first)
 		for i := 0; i < held; i++ {
-			publish(t, pub, mqttmsg.Publication{Topic: "inuse", QoS: 1, Payload: []byte(fmt.Sprint(i))})
+			publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "inuse", Payload: []byte(fmt.Sprint(i))}, QoS: 1})
 		}
 		got.waitFor(t, held, 10*time.Second)
 		closeClient(t, first) // all unacknowledged: IDs 1 … 40 stay in flight

@@ -137,7 +137,7 @@ func TestV5RoundTripCarriesPropertiesAndBinaryPayloads(t *testing.T) {
 				MessageExpiry:   time.Hour,
 			}
 			for qos := byte(0); qos <= 2; qos++ {
-				publish(t, conn, mqttmsg.Publication{Topic: "v5/t", QoS: qos, Payload: binary, Props: props})
+				publish(t, conn, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "v5/t", Payload: binary, Props: props}, QoS: qos})
 			}
 			msgs := got.waitFor(t, 3, 10*time.Second)
 			for i, m := range msgs {
@@ -171,7 +171,7 @@ func TestV5PropertiesOnA311ConnAreRefused(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	c := startWith(t, config(m.URL()), nil, nil, mqttclient.Options{})
 	conn := waitReady(t, c)
-	err := conn.Publish(context.Background(), mqttmsg.Publication{Topic: "t", QoS: 1, Props: &mqttmsg.Properties{ContentType: "x"}})
+	err := conn.Publish(context.Background(), mqttmsg.Publication{Event: mqttmsg.Event{Topic: "t", Props: &mqttmsg.Properties{ContentType: "x"}}, QoS: 1})
 	if !errors.Is(err, mqttclient.ErrNeedsV5) {
 		t.Fatalf("publish with properties on 3.1.1: %v, want ErrNeedsV5", err)
 	}
@@ -202,7 +202,7 @@ func TestV5ManualAckConsumerHoldsMoreThanMosquittosInflightDefault(t *testing.T)
 
 	pub := waitReady(t, startWith(t, v5config("v5-held-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	for i := 0; i < n; i++ {
-		publish(t, pub, mqttmsg.Publication{Topic: "held", QoS: 1, Payload: []byte{byte(i)}})
+		publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "held", Payload: []byte{byte(i)}}, QoS: 1})
 	}
 	msgs := got.waitFor(t, n, 10*time.Second)
 	if held := len(v3.waitFor(t, 20, 10*time.Second)); held != 20 {
@@ -240,7 +240,7 @@ func TestV5UnackedMessagesAreRedeliveredAndAStaleAckGoesNowhere(t *testing.T) {
 	sub := startWith(t, cfg, map[string]byte{"r": 1}, got, mqttclient.Options{ManualAck: true})
 	first := waitReady(t, sub)
 	pub := waitReady(t, startWith(t, v5config("v5-redeliver-pub", m.URL()), nil, nil, mqttclient.Options{}))
-	publish(t, pub, mqttmsg.Publication{Topic: "r", QoS: 1, Payload: []byte("once")})
+	publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "r", Payload: []byte("once")}, QoS: 1})
 	stale := got.waitFor(t, 1, 10*time.Second)[0]
 
 	proxy.Cut()
@@ -282,7 +282,7 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	waitReady(t, sub)
 	closeClient(t, sub)
 	pub := waitReady(t, startWith(t, v5config("v5-expiry-pub", m.URL()), nil, nil, mqttclient.Options{}))
-	publish(t, pub, mqttmsg.Publication{Topic: "e", QoS: 1, Payload: []byte("queued")})
+	publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "e", Payload: []byte("queued")}, QoS: 1})
 	time.Sleep(2 * time.Second)
 
 	got := newInbox()
@@ -314,7 +314,7 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	k := startWith(t, keep, map[string]byte{"e": 1}, nil, mqttclient.Options{})
 	waitReady(t, k)
 	closeClient(t, k)
-	publish(t, pub, mqttmsg.Publication{Topic: "e", QoS: 1, Payload: []byte("kept")})
+	publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "e", Payload: []byte("kept")}, QoS: 1})
 	time.Sleep(2 * time.Second)
 	kept := newInbox()
 	if conn := waitReady(t, startWith(t, keep, nil, kept, mqttclient.Options{})); !conn.SessionPresent() {
@@ -342,12 +342,12 @@ func TestV5PubackReasonCodes(t *testing.T) {
 	defer cancel()
 
 	// Nobody subscribes to open/none: mosquitto answers 0x10.
-	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: "open/none", QoS: 1, Payload: []byte("x")}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "open/none", Payload: []byte("x")}, QoS: 1}); err != nil {
 		t.Fatalf("0x10 without RequireSubscribers: %v, want success", err)
 	}
 	// Mosquitto 2.0.11 says 0x10 in the PUBACK of QoS 1 only (its QoS 2
 	// PUBREC is always 0x00: subscribers are matched at PUBREL).
-	err := conn.Publish(ctx, mqttmsg.Publication{Topic: "open/none", QoS: 1, Payload: []byte("x"), RequireSubscribers: true})
+	err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "open/none", Payload: []byte("x")}, QoS: 1, RequireSubscribers: true})
 	var rc *mqttclient.ReasonCodeError
 	if !errors.As(err, &rc) || rc.Code != mqttclient.ReasonNoMatchingSubscribers || rc.Packet != "PUBACK" {
 		t.Fatalf("RequireSubscribers and no subscriber: %v, want a PUBACK ReasonCodeError 0x10", err)
@@ -355,12 +355,12 @@ func TestV5PubackReasonCodes(t *testing.T) {
 
 	// With a subscriber, RequireSubscribers succeeds.
 	waitReady(t, startWith(t, v5config("v5-puback-sub", m.URL()), map[string]byte{"open/some": 1}, newInbox(), mqttclient.Options{}))
-	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: "open/some", QoS: 1, Payload: []byte("x"), RequireSubscribers: true}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "open/some", Payload: []byte("x")}, QoS: 1, RequireSubscribers: true}); err != nil {
 		t.Fatalf("RequireSubscribers with a subscriber: %v", err)
 	}
 
 	// The ACL denies writing to read/x: 0x87 Not authorized.
-	err = conn.Publish(ctx, mqttmsg.Publication{Topic: "read/x", QoS: 1, Payload: []byte("x")})
+	err = conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "read/x", Payload: []byte("x")}, QoS: 1})
 	if !errors.As(err, &rc) || rc.Code != 0x87 || rc.Packet != "PUBACK" || !strings.Contains(err.Error(), "0x87") {
 		t.Fatalf("publish denied by the ACL: %v, want PUBACK reason code 0x87", err)
 	}
@@ -403,12 +403,12 @@ func TestV5EmbeddedACLRefusalsAreReasonCodeErrors(t *testing.T) {
 		t.Fatalf("allowed filters: %v", err)
 	}
 	for qos, packet := range map[byte]string{1: "PUBACK", 2: "PUBREC"} {
-		err := conn.Publish(ctx, mqttmsg.Publication{Topic: "read/b", QoS: qos, Payload: []byte("x")})
+		err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "read/b", Payload: []byte("x")}, QoS: qos})
 		if !errors.As(err, &rc) || rc.Packet != packet || rc.Code != 0x87 {
 			t.Fatalf("QoS %d publish denied by the ACL: %v, want a %s ReasonCodeError 0x87", qos, err, packet)
 		}
 	}
-	publish(t, conn, mqttmsg.Publication{Topic: "open/a", QoS: 2, Payload: []byte("x")})
+	publish(t, conn, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "open/a", Payload: []byte("x")}, QoS: 2})
 }
 
 func TestV5SharedSubscriptionSplitsMessages(t *testing.T) {
@@ -419,7 +419,7 @@ func TestV5SharedSubscriptionSplitsMessages(t *testing.T) {
 	pub := waitReady(t, startWith(t, v5config("v5-share-pub", m.URL()), nil, nil, mqttclient.Options{}))
 	const n = 40
 	for i := 0; i < n; i++ {
-		publish(t, pub, mqttmsg.Publication{Topic: "s/x", QoS: 1, Payload: []byte{byte(i)}})
+		publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "s/x", Payload: []byte{byte(i)}}, QoS: 1})
 	}
 	deadline := time.After(10 * time.Second)
 	for a.len()+b.len() < n {
@@ -456,9 +456,9 @@ func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for name, p := range map[string]mqttmsg.Publication{
-		"QoS above Maximum QoS":     {Topic: "l/q", QoS: 2, Payload: []byte("x")},
-		"retained":                  {Topic: "l/r", QoS: 1, Retained: true, Payload: []byte("x")},
-		"above Maximum Packet Size": {Topic: "l/s", QoS: 1, Payload: make([]byte, 1000)},
+		"QoS above Maximum QoS":     {Event: mqttmsg.Event{Topic: "l/q", Payload: []byte("x")}, QoS: 2},
+		"retained":                  {Event: mqttmsg.Event{Topic: "l/r", Retained: true, Payload: []byte("x")}, QoS: 1},
+		"above Maximum Packet Size": {Event: mqttmsg.Event{Topic: "l/s", Payload: make([]byte, 1000)}, QoS: 1},
 	} {
 		if err := conn.Publish(ctx, p); !errors.Is(err, mqttclient.ErrExceedsServerLimits) {
 			t.Errorf("%s: %v, want ErrExceedsServerLimits", name, err)
@@ -469,7 +469,7 @@ func TestV5ServerLimitsRefuseBeforeSending(t *testing.T) {
 	if !conn.Alive() {
 		t.Fatal("the connection was lost: a refused publication reached the broker")
 	}
-	publish(t, conn, mqttmsg.Publication{Topic: "l/ok", QoS: 1, Payload: make([]byte, 900)})
+	publish(t, conn, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "l/ok", Payload: make([]byte, 900)}, QoS: 1})
 	if msg := got.waitFor(t, 1, 10*time.Second)[0]; msg.Topic() != "l/ok" {
 		t.Fatalf("got %q: a refused publication was delivered", msg.Topic())
 	}
@@ -493,7 +493,7 @@ func TestV5PublishAsyncQueuesBeyondTheServersReceiveMaximum(t *testing.T) {
 	go func() {
 		defer close(returned)
 		for i := range toks {
-			toks[i] = conn.PublishAsync(mqttmsg.Publication{Topic: "w", QoS: byte(1 + i%2), Payload: []byte{byte(i)}})
+			toks[i] = conn.PublishAsync(mqttmsg.Publication{Event: mqttmsg.Event{Topic: "w", Payload: []byte{byte(i)}}, QoS: byte(1 + i%2)})
 		}
 	}()
 	select {
@@ -531,7 +531,7 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 	proxy.Stall()
 	toks := make([]mqttclient.Token, 30) // 20 in flight, 10 queued
 	for i := range toks {
-		toks[i] = conn.PublishAsync(mqttmsg.Publication{Topic: "lost", QoS: 1, Payload: []byte("x")})
+		toks[i] = conn.PublishAsync(mqttmsg.Publication{Event: mqttmsg.Event{Topic: "lost", Payload: []byte("x")}, QoS: 1})
 	}
 	select {
 	case <-toks[0].Done():
@@ -549,11 +549,11 @@ func TestV5TokensFailWhenTheConnectionIsLost(t *testing.T) {
 			t.Fatalf("publication %d still pending 10 s after the connection was lost", i)
 		}
 	}
-	if tok := conn.PublishAsync(mqttmsg.Publication{Topic: "lost", QoS: 1}); !errors.Is(tok.Error(), mqttclient.ErrNotConnected) {
+	if tok := conn.PublishAsync(mqttmsg.Publication{Event: mqttmsg.Event{Topic: "lost"}, QoS: 1}); !errors.Is(tok.Error(), mqttclient.ErrNotConnected) {
 		t.Fatalf("publish on a lost Conn: %v, want ErrNotConnected", tok.Error())
 	}
 	proxy.Restore()
-	publish(t, waitReady(t, c), mqttmsg.Publication{Topic: "lost", QoS: 1, Payload: []byte("after")})
+	publish(t, waitReady(t, c), mqttmsg.Publication{Event: mqttmsg.Event{Topic: "lost", Payload: []byte("after")}, QoS: 1})
 }
 
 // The broker's DISCONNECT (here: session taken over, 0x8E, which the
@@ -621,7 +621,7 @@ func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
 	defer closeClient(t, c)
 	waitReady(t, c)
 	pub := waitReady(t, startWith(t, v5config("v5-qos2-pub", m.URL()), nil, nil, mqttclient.Options{}))
-	publish(t, pub, mqttmsg.Publication{Topic: "q2", QoS: 2, Payload: []byte("once")})
+	publish(t, pub, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "q2", Payload: []byte("once")}, QoS: 2})
 	msg := got.waitFor(t, 1, 10*time.Second)[0]
 	if msg.Qos() != 2 {
 		t.Fatalf("QoS %d, want 2", msg.Qos())
@@ -683,7 +683,7 @@ func BenchmarkPublishQoS1(b *testing.B) {
 					wait(window[0])
 					window = window[1:]
 				}
-				window = append(window, conn.PublishAsync(mqttmsg.Publication{Topic: "bench", QoS: 1, Payload: payload}))
+				window = append(window, conn.PublishAsync(mqttmsg.Publication{Event: mqttmsg.Event{Topic: "bench", Payload: payload}, QoS: 1}))
 			}
 			for _, tok := range window {
 				wait(tok)

@@ -66,7 +66,7 @@ func TestWebSocketURLs(t *testing.T) {
 					props = &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "event_id", Value: "ws-1"}}}
 				}
 				for range 50 {
-					publish(t, conn, mqttmsg.Publication{Topic: "ws/t", QoS: 1, Payload: payload, Props: props})
+					publish(t, conn, mqttmsg.Publication{Event: mqttmsg.Event{Topic: "ws/t", Payload: payload, Props: props}, QoS: 1})
 				}
 				for _, msg := range got.waitFor(t, 50, 10*time.Second) {
 					if string(msg.Payload()) != string(payload) {

@@ -1,22 +1,31 @@
 // Package mqttmsg is what an MQTT PUBLISH carries, as every reliable-mqtt
-// package sees it: the Publication a component sends, the Message it
-// receives and the MQTT 5 Properties of either. It is a leaf: it imports no MQTT client
+// package sees it: the Event an output sends, the Publication that carries
+// it, the Message a component receives and the MQTT 5 Properties of either. It is a leaf: it imports no MQTT client
 // and no Benthos, so the engines, the codec and the properties rules can
 // name a publish without linking either.
 package mqttmsg
 
 import "time"
 
-// Publication is one outgoing PUBLISH.
-type Publication struct {
-	Topic    string
-	QoS      byte
-	Retained bool
-	Payload  []byte
+// Event is one outgoing event, the one type from the output's plugin to the
+// wire: the output builds and encodes it once, the outbox stores it as a
+// record (outbox.Record) and the sender publishes it as it is, so a resend
+// is byte-identical.
+type Event struct {
+	EventID string // empty for a publish that names no event (an ACK)
+	Topic   string
+	Payload []byte
 	// Props are MQTT 5 properties. A 3.1.1 connection refuses a
 	// Publication that carries any (mqttclient.ErrNeedsV5): dropping them
 	// silently would lose an event ID sent as a user property.
-	Props *Properties
+	Props    *Properties
+	Retained bool
+}
+
+// Publication is one outgoing PUBLISH: an event and how it is sent.
+type Publication struct {
+	Event
+	QoS byte
 	// RequireSubscribers turns an MQTT 5 PUBACK with reason code 0x10 (no
 	// matching subscribers) into a *mqttclient.ReasonCodeError; otherwise
 	// 0x10 is a success, as the protocol says. Meaningless on 3.1.1.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // AppendEach skips entries that already failed, appends the others, and
@@ -15,9 +17,9 @@ func TestAppendEach(t *testing.T) {
 	appendT(t, o, "e3", "t", "old")
 	earlier := errors.New("refused before")
 	entries := []Entry{
-		{EventID: "e1", Topic: "t", Payload: []byte("1")},
-		{EventID: "e2", Topic: "t", Payload: []byte("2")},
-		{EventID: "e3", Topic: "t", Payload: []byte("other")}, // conflicts with the pending e3
+		{Event: mqttmsg.Event{EventID: "e1", Topic: "t", Payload: []byte("1")}},
+		{Event: mqttmsg.Event{EventID: "e2", Topic: "t", Payload: []byte("2")}},
+		{Event: mqttmsg.Event{EventID: "e3", Topic: "t", Payload: []byte("other")}}, // conflicts with the pending e3
 	}
 	errs := []error{nil, earlier, nil}
 	o.AppendEach(context.Background(), entries, errs)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // TestAppendBatchKeepsOrderAndFailsOnlyBadEntries: a batch lands in its
@@ -18,10 +20,10 @@ func TestAppendBatchKeepsOrderAndFailsOnlyBadEntries(t *testing.T) {
 	appendT(t, o, "first", "t", "p")
 	var entries []Entry
 	for i := 0; i < 10; i++ {
-		entries = append(entries, Entry{EventID: fmt.Sprintf("b%d", i), Topic: "t", Payload: []byte(fmt.Sprint(i))})
+		entries = append(entries, Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("b%d", i), Topic: "t", Payload: []byte(fmt.Sprint(i))}})
 	}
-	entries[3].EventID = ""                                                    // refused before the committer
-	entries[6] = Entry{EventID: "first", Topic: "t", Payload: []byte("other")} // a conflict
+	entries[3].EventID = ""                                                                          // refused before the committer
+	entries[6] = Entry{Event: mqttmsg.Event{EventID: "first", Topic: "t", Payload: []byte("other")}} // a conflict
 	recs, errs := o.AppendBatch(context.Background(), entries)
 
 	if errs[3] == nil || !errors.Is(errs[6], ErrEventIDConflict) {
@@ -60,7 +62,7 @@ func TestAppendBatchLargerThanMaxPendingGoesThrough(t *testing.T) {
 	o := openT(t, filepath.Join(t.TempDir(), "out.db"), Options{MaxPending: 3})
 	var entries []Entry
 	for i := 0; i < 10; i++ {
-		entries = append(entries, Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte("p")})
+		entries = append(entries, Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte("p")}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -118,7 +120,7 @@ func TestAppendBatchOnClosedOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = o.Close()
-	_, errs := o.AppendBatch(context.Background(), []Entry{{EventID: "a", Topic: "t"}, {EventID: "b", Topic: "t"}})
+	_, errs := o.AppendBatch(context.Background(), []Entry{{Event: mqttmsg.Event{EventID: "a", Topic: "t"}}, {Event: mqttmsg.Event{EventID: "b", Topic: "t"}}})
 	for i, err := range errs {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("entry %d: %v, want ErrClosed", i, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benchtest"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 var benchPayload = make([]byte, 100)
@@ -23,7 +24,7 @@ var benchPayload = make([]byte, 100)
 func BenchmarkAppend64Writers(b *testing.B) {
 	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
 	benchtest.Concurrent(b, 64, func(i int64) error {
-		_, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload})
+		_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}})
 		return err
 	})
 }
@@ -51,7 +52,7 @@ func BenchmarkAppendBatch64x64(b *testing.B) {
 				}
 				entries = entries[:0]
 				for i := first; i < min(first+perBatch, int64(b.N)); i++ {
-					entries = append(entries, Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload})
+					entries = append(entries, Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}})
 				}
 				_, errs := o.AppendBatch(context.Background(), entries)
 				for _, err := range errs {
@@ -115,7 +116,7 @@ func BenchmarkAppendSerial(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}); err != nil {
+		if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -132,7 +133,7 @@ func fillBacklog(b testing.TB, o *Outbox, n int) (first, last uint64) {
 		batch := make([]*request, 0, perTx)
 		for i := 0; i < perTx && done+i < n; i++ {
 			id := fmt.Sprintf("backlog-%d", done+i)
-			batch = append(batch, &request{ctx: context.Background(), entry: &Entry{EventID: id, Topic: "bench/topic", Payload: benchPayload},
+			batch = append(batch, &request{ctx: context.Background(), entry: &Entry{Event: mqttmsg.Event{EventID: id, Topic: "bench/topic", Payload: benchPayload}},
 				size: size(id, "bench/topic", nil, benchPayload), done: make(chan struct{}, 1)})
 		}
 		o.mu.Lock()

@@ -124,7 +124,7 @@ func (o *Outbox) commit(batch []*request, split bool) {
 			// The transaction was rolled back; redo it without this request.
 			if failure.skip {
 				e := failure.req.entry
-				o.settle(failure.req, Record{EventID: e.EventID, Topic: e.Topic, Payload: e.Payload}, nil)
+				o.settle(failure.req, Record{Event: mqttmsg.Event{EventID: e.EventID, Topic: e.Topic, Payload: e.Payload}}, nil)
 			} else {
 				o.settle(failure.req, Record{}, failure.err)
 			}
@@ -320,7 +320,8 @@ func (o *Outbox) append(tx *bolt.Tx, records, ids *bolt.Bucket, r *request, now 
 	if err != nil {
 		return err
 	}
-	rec := Record{Seq: seq, EventID: e.EventID, Topic: e.Topic, Props: e.Props, Payload: e.Payload, Enqueued: time.Unix(0, now.UnixNano())}
+	rec := Record{Seq: seq, Event: e.Event, Enqueued: time.Unix(0, now.UnixNano())}
+	rec.Retained = false // not stored
 	key := seqKey(seq)
 	if err := records.Put(key, encodeRecord(&rec)); err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // TestDrainedOutboxShrinksAtOpenAndKeepsEverything drains most of a large
@@ -23,8 +25,7 @@ func TestDrainedOutboxShrinksAtOpenAndKeepsEverything(t *testing.T) {
 	o := openT(t, path, Options{})
 	for i := 0; i < 10; i++ {
 		key := fmt.Sprintf("k%d", i)
-		if _, err := o.Append(context.Background(), Entry{EventID: key, Topic: "t", Payload: []byte(key),
-			Participants: []func(*bolt.Tx) error{markApplied(key)}}); err != nil {
+		if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: key, Topic: "t", Payload: []byte(key)}, Participants: []func(*bolt.Tx) error{markApplied(key)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,7 +72,7 @@ func TestDrainedOutboxShrinksAtOpenAndKeepsEverything(t *testing.T) {
 	if keys := ledgerKeys(t, o); len(keys) != 10 {
 		t.Fatalf("ledger keys after compaction: %v, want k0..k9", keys)
 	}
-	r, err := o.Append(context.Background(), Entry{EventID: "after", Topic: "t", Payload: []byte("x")})
+	r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "after", Topic: "t", Payload: []byte("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // damageValue flips one byte of a stored record in place, behind the
@@ -153,7 +154,7 @@ func writeV1Outbox(t *testing.T, path string, n int) {
 		var bytesTotal int64
 		for i := range n {
 			seq, _ := records.NextSequence()
-			r := Record{Seq: seq, EventID: fmt.Sprintf("old-%d", i), Topic: "t/old", Payload: []byte(fmt.Sprintf("legacy %d", i)), Enqueued: time.Unix(0, int64(1e18+i))}
+			r := Record{Event: mqttmsg.Event{EventID: fmt.Sprintf("old-%d", i), Topic: "t/old", Payload: []byte(fmt.Sprintf("legacy %d", i))}, Seq: seq, Enqueued: time.Unix(0, int64(1e18+i))}
 			if err := records.Put(seqKey(seq), encodeRecordV1(&r)); err != nil {
 				return err
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // fullOutbox fills an outbox on a fresh 2 MB tmpfs with 4 kB records until
@@ -35,7 +37,7 @@ func fullOutbox(t *testing.T) (*Outbox, []Record) {
 		if i == 2000 {
 			t.Fatal("2000 appends of 4 kB fitted on a 2 MB tmpfs")
 		}
-		_, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: payload})
+		_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: payload}})
 		if errors.Is(err, syscall.ENOSPC) {
 			break
 		}
@@ -84,7 +86,7 @@ func TestFullOutboxDrainsWhateverOrderConfirmationsArriveIn(t *testing.T) {
 	if got := readAll(t, o); len(got) != 0 || o.Stats().Pending != 0 {
 		t.Fatalf("after removing everything: %d records, Stats %+v", len(got), o.Stats())
 	}
-	if _, err := o.Append(context.Background(), Entry{EventID: "after", Topic: "t", Payload: []byte("p")}); err != nil {
+	if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "after", Topic: "t", Payload: []byte("p")}}); err != nil {
 		t.Fatalf("append after draining: %v", err)
 	}
 }
@@ -95,7 +97,7 @@ func TestFullOutboxDrainsWhateverOrderConfirmationsArriveIn(t *testing.T) {
 func TestRemovalCommitsWhenAnAppendInItsGroupDoesNotFit(t *testing.T) {
 	o, recs := fullOutbox(t)
 	big := strings.Repeat("y", 64<<10) // more than two removed records free
-	app := &request{ctx: context.Background(), entry: &Entry{EventID: "big", Topic: "t", Payload: []byte(big)},
+	app := &request{ctx: context.Background(), entry: &Entry{Event: mqttmsg.Event{EventID: "big", Topic: "t", Payload: []byte(big)}},
 		size: size("big", "t", nil, []byte(big)), done: make(chan struct{}, 1)}
 	rem := &request{ctx: context.Background(), seqs: []uint64{recs[0].Seq, recs[1].Seq}, done: make(chan struct{}, 1)}
 	o.mu.Lock()

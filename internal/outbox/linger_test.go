@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // A removal alone is held for an append to share its fsync; an append, and
@@ -15,14 +17,14 @@ func TestRemovalWaitsForAnAppendUnlessAppendsWaitForItsSpace(t *testing.T) {
 	if o.waits(removal) {
 		t.Fatal("a removal nobody waits for is committed at once; want it held for an append")
 	}
-	if !o.waits([]*request{{entry: &Entry{EventID: "a"}}}) {
+	if !o.waits([]*request{{entry: &Entry{Event: mqttmsg.Event{EventID: "a"}}}}) {
 		t.Fatal("an append is held; want it committed at once")
 	}
 
 	first := appendT(t, o, "first", "t", "p")
 	blocked := make(chan error, 1)
 	go func() {
-		_, err := o.Append(context.Background(), Entry{EventID: "second", Topic: "t", Payload: []byte("p")})
+		_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "second", Topic: "t", Payload: []byte("p")}})
 		blocked <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)

@@ -66,12 +66,10 @@ func IsDamaged(err error) bool { return errors.Is(err, boltfile.ErrDamaged) }
 // closeTimeout bounds how long Close waits for a commit in progress.
 const closeTimeout = shutdown.Commit
 
-// Entry is what a writer appends.
+// Entry is what a writer appends: an event (its Retained flag is not
+// stored) and what commits with it.
 type Entry struct {
-	EventID string
-	Topic   string
-	Props   *mqttmsg.Properties // MQTT 5 properties to publish with; nil: none
-	Payload []byte
+	mqttmsg.Event
 
 	// Participants run inside the append transaction, before commit, so
 	// another component (the dedup ledger) can commit its own state in the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +38,7 @@ func openT(t testing.TB, path string, opts Options) *Outbox {
 
 func appendT(t testing.TB, o *Outbox, id, topic, payload string) Record {
 	t.Helper()
-	r, err := o.Append(context.Background(), Entry{EventID: id, Topic: topic, Payload: []byte(payload)})
+	r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: id, Topic: topic, Payload: []byte(payload)}})
 	if err != nil {
 		t.Fatalf("Append %s: %v", id, err)
 	}
@@ -168,7 +169,7 @@ func TestConcurrentWritersAllCommittedRecordsSurviveReopen(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				id := fmt.Sprintf("w%d-%d", w, i)
-				r, err := o.Append(context.Background(), Entry{EventID: id, Topic: "t", Payload: []byte(id)})
+				r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: id, Topic: "t", Payload: []byte(id)}})
 				if err != nil {
 					errs <- err
 					return
@@ -213,8 +214,8 @@ func TestDuplicateEventIDIsIdempotentAndConflictFails(t *testing.T) {
 		t.Errorf("%d records after a duplicate append, want 1", n)
 	}
 	for _, e := range []Entry{
-		{EventID: "evt-1", Topic: "a/b", Payload: []byte("other")},
-		{EventID: "evt-1", Topic: "a/c", Payload: []byte("hello")},
+		{Event: mqttmsg.Event{EventID: "evt-1", Topic: "a/b", Payload: []byte("other")}},
+		{Event: mqttmsg.Event{EventID: "evt-1", Topic: "a/c", Payload: []byte("hello")}},
 	} {
 		_, err := o.Append(context.Background(), e)
 		if !errors.Is(err, ErrEventIDConflict) || !strings.Contains(err.Error(), `"evt-1"`) {
@@ -232,7 +233,7 @@ func TestDuplicateEventIDIsIdempotentAndConflictFails(t *testing.T) {
 	if reused.Seq <= first.Seq {
 		t.Errorf("re-append after removal got seq %d, want > %d", reused.Seq, first.Seq)
 	}
-	if _, err := o.Append(context.Background(), Entry{Topic: "a"}); err == nil {
+	if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{Topic: "a"}}); err == nil {
 		t.Error("empty event ID accepted")
 	}
 }
@@ -246,7 +247,7 @@ func TestBackpressureBlocksUntilRemove(t *testing.T) {
 
 	// A fourth append with a short deadline gives up and appends nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := o.Append(ctx, Entry{EventID: "late", Topic: "t", Payload: []byte("p")})
+	_, err := o.Append(ctx, Entry{Event: mqttmsg.Event{EventID: "late", Topic: "t", Payload: []byte("p")}})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Append on a full outbox with an expiring ctx: %v", err)
@@ -258,7 +259,7 @@ func TestBackpressureBlocksUntilRemove(t *testing.T) {
 	// A fourth append without a deadline waits for a Remove.
 	result := make(chan error, 1)
 	go func() {
-		_, err := o.Append(context.Background(), Entry{EventID: "e3", Topic: "t", Payload: []byte("p")})
+		_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e3", Topic: "t", Payload: []byte("p")}})
 		result <- err
 	}()
 	select {
@@ -288,7 +289,7 @@ func TestBackpressureByBytes(t *testing.T) {
 	a := appendT(t, o, "e1", "t", strings.Repeat("x", 40))
 	appendT(t, o, "e2", "t", strings.Repeat("x", 40))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := o.Append(ctx, Entry{EventID: "e3", Topic: "t", Payload: bytes.Repeat([]byte("x"), 40)})
+	_, err := o.Append(ctx, Entry{Event: mqttmsg.Event{EventID: "e3", Topic: "t", Payload: bytes.Repeat([]byte("x"), 40)}})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Append over max_pending_bytes: %v", err)
@@ -302,7 +303,7 @@ func TestBackpressureByBytes(t *testing.T) {
 	o2 := openT(t, filepath.Join(t.TempDir(), "big.db"), Options{MaxPendingBytes: 10})
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := o2.Append(ctx, Entry{EventID: "big", Topic: "t", Payload: make([]byte, 1000)}); err != nil {
+	if _, err := o2.Append(ctx, Entry{Event: mqttmsg.Event{EventID: "big", Topic: "t", Payload: make([]byte, 1000)}}); err != nil {
 		t.Fatalf("oversized entry on an empty outbox: %v", err)
 	}
 }
@@ -315,7 +316,7 @@ func TestCloseFailsWaitingAppends(t *testing.T) {
 	appendT(t, o, "e1", "t", "p")
 	result := make(chan error, 1)
 	go func() {
-		_, err := o.Append(context.Background(), Entry{EventID: "e2", Topic: "t", Payload: []byte("p")})
+		_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e2", Topic: "t", Payload: []byte("p")}})
 		result <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
@@ -330,7 +331,7 @@ func TestCloseFailsWaitingAppends(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiting Append not released by Close")
 	}
-	if _, err := o.Append(context.Background(), Entry{EventID: "e3", Topic: "t"}); !errors.Is(err, ErrClosed) {
+	if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e3", Topic: "t"}}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Append after Close: %v", err)
 	}
 	if _, err := o.Read(0, 1); !errors.Is(err, ErrClosed) {
@@ -401,8 +402,7 @@ func TestParticipantsCommitWithTheRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = o.Append(context.Background(), Entry{EventID: "e1", Topic: "t", Payload: []byte("p"),
-		Participants: []func(*bolt.Tx) error{markApplied("k1")}})
+	_, err = o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e1", Topic: "t", Payload: []byte("p")}, Participants: []func(*bolt.Tx) error{markApplied("k1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,8 +419,7 @@ func TestParticipantsCommitWithTheRecord(t *testing.T) {
 
 	// commit.ErrAlreadyApplied: nothing appended, no error, no participant writes kept.
 	skip := func(tx *bolt.Tx) error { return commit.ErrAlreadyApplied }
-	r, err := o.Append(context.Background(), Entry{EventID: "e2", Topic: "t", Payload: []byte("p"),
-		Participants: []func(*bolt.Tx) error{markApplied("k2"), skip}})
+	r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e2", Topic: "t", Payload: []byte("p")}, Participants: []func(*bolt.Tx) error{markApplied("k2"), skip}})
 	if err != nil || r.Seq != 0 {
 		t.Fatalf("skipped append = %+v, %v; want seq 0, nil", r, err)
 	}
@@ -446,7 +445,7 @@ func TestFailingParticipantFailsOnlyItsEntry(t *testing.T) {
 				if w%4 == 0 {
 					ps = append(ps, fail) // writes its key, then fails
 				}
-				_, errs[w] = o.Append(context.Background(), Entry{EventID: key, Topic: "t", Payload: []byte(key), Participants: ps})
+				_, errs[w] = o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: key, Topic: "t", Payload: []byte(key)}, Participants: ps})
 			}()
 		}
 		wg.Wait()
@@ -505,8 +504,7 @@ func TestMissingDirectory(t *testing.T) {
 
 func TestPanickingParticipantFailsOnlyItsEntry(t *testing.T) {
 	o := openT(t, filepath.Join(t.TempDir(), "out.db"), Options{})
-	_, err := o.Append(context.Background(), Entry{EventID: "e1", Topic: "t",
-		Participants: []func(*bolt.Tx) error{func(*bolt.Tx) error { panic("ledger bug") }}})
+	_, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "e1", Topic: "t"}, Participants: []func(*bolt.Tx) error{func(*bolt.Tx) error { panic("ledger bug") }}})
 	if err == nil || !strings.Contains(err.Error(), "ledger bug") {
 		t.Fatalf("Append with a panicking participant: %v", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // The test binary re-executes itself as a child process in these modes.
@@ -46,7 +48,7 @@ func runChild(mode, path string) int {
 				defer wg.Done()
 				for i := 0; ; i++ {
 					id := fmt.Sprintf("w%d-%d", w, i)
-					r, err := o.Append(context.Background(), Entry{EventID: id, Topic: "t", Payload: []byte(id)})
+					r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: id, Topic: "t", Payload: []byte(id)}})
 					if err != nil {
 						fmt.Fprintln(os.Stderr, err)
 						os.Exit(1)
@@ -228,7 +230,7 @@ func TestFullDiskFailsAppendAndKeepsEarlierRecords(t *testing.T) {
 	var acked []Record
 	var appendErr error
 	for i := 0; i < 2000; i++ {
-		r, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(payload)})
+		r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(payload)}})
 		if err != nil {
 			appendErr = err
 			break
@@ -267,7 +269,7 @@ func TestFullDiskFailsAppendAndKeepsEarlierRecords(t *testing.T) {
 	if err := o2.Remove(seqsOf(got[:len(got)/2])...); err != nil {
 		t.Fatalf("Remove on a full disk: %v", err)
 	}
-	if _, err := o2.Append(context.Background(), Entry{EventID: "after", Topic: "t", Payload: []byte(payload)}); err != nil {
+	if _, err := o2.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "after", Topic: "t", Payload: []byte(payload)}}); err != nil {
 		t.Fatalf("Append after draining: %v", err)
 	}
 }
@@ -295,7 +297,7 @@ func appendUntilFileLimit(path string) int {
 	}
 	payload := strings.Repeat("x", 4000)
 	for i := 0; i < 5000; i++ {
-		r, err := o.Append(context.Background(), Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(payload)})
+		r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(payload)}})
 		if err != nil {
 			fmt.Printf("failed: %v\n", err)
 			_ = o.Close()

@@ -46,7 +46,7 @@ func TestPropertiesRoundTripExactlyAcrossReopen(t *testing.T) {
 	}
 	o := openT(t, path, Options{})
 	for i, p := range cases {
-		if _, err := o.Append(context.Background(), Entry{EventID: string(rune('a' + i)), Topic: "t", Props: p, Payload: []byte{byte(i)}}); err != nil {
+		if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: string(rune('a' + i)), Topic: "t", Props: p, Payload: []byte{byte(i)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,12 +65,12 @@ func TestPropertiesRoundTripExactlyAcrossReopen(t *testing.T) {
 	}
 	// The same event with the same properties is the pending record; with
 	// other properties it is a conflict.
-	if r, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: traceProps(), Payload: []byte{0}}); err != nil || r.Seq != got[0].Seq {
+	if r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "a", Topic: "t", Props: traceProps(), Payload: []byte{0}}}); err != nil || r.Seq != got[0].Seq {
 		t.Fatalf("retried append: seq %d, %v; want seq %d", r.Seq, err, got[0].Seq)
 	}
 	other := traceProps()
 	other.User[1], other.User[3] = other.User[3], other.User[1]
-	if _, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: other, Payload: []byte{0}}); !errors.Is(err, ErrEventIDConflict) {
+	if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "a", Topic: "t", Props: other, Payload: []byte{0}}}); !errors.Is(err, ErrEventIDConflict) {
 		t.Fatalf("append with user properties in another order: %v, want ErrEventIDConflict", err)
 	}
 	// Removing every record brings the byte count back to zero: what a
@@ -87,7 +87,7 @@ func TestPropertiesRoundTripExactlyAcrossReopen(t *testing.T) {
 // is the version-2 value, byte for byte, that the code before version 3
 // wrote, so an older binary still reads the file.
 func TestRecordWithoutPropertiesIsStoredAsBefore(t *testing.T) {
-	r := Record{Seq: 7, EventID: "ev", Topic: "a/b", Payload: []byte("payload"), Enqueued: time.Unix(0, 1234567890)}
+	r := Record{Event: mqttmsg.Event{EventID: "ev", Topic: "a/b", Payload: []byte("payload")}, Seq: 7, Enqueued: time.Unix(0, 1234567890)}
 	want := []byte{2}
 	want = binary.BigEndian.AppendUint64(want, 1234567890)
 	want = append(want, 2, 'e', 'v', 3, 'a', '/', 'b')
@@ -98,7 +98,7 @@ func TestRecordWithoutPropertiesIsStoredAsBefore(t *testing.T) {
 	if got := encodeRecord(&r); !bytes.Equal(got, want) {
 		t.Fatalf("encoded\n%x\nwant\n%x", got, want)
 	}
-	if got := encodeRecord(&Record{Seq: 7, Topic: "t", Props: &mqttmsg.Properties{}}); got[0] != recordVersion {
+	if got := encodeRecord(&Record{Event: mqttmsg.Event{Topic: "t", Props: &mqttmsg.Properties{}}, Seq: 7}); got[0] != recordVersion {
 		t.Fatalf("a record with properties has version %d, want %d", got[0], recordVersion)
 	}
 }
@@ -129,7 +129,7 @@ func TestRecordWithPropertiesInItsTopicIsReadAsBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := Record{Seq: 1, EventID: "ev-1", Topic: legacyTopic, Payload: []byte("p"), Enqueued: time.Unix(0, 42)}
+	old := Record{Event: mqttmsg.Event{EventID: "ev-1", Topic: legacyTopic, Payload: []byte("p")}, Seq: 1, Enqueued: time.Unix(0, 42)}
 	err = f.Update(func(tx *bolt.Tx) error {
 		records, meta := tx.Bucket(bucketRecords), tx.Bucket(bucketMeta)
 		seq, _ := records.NextSequence()
@@ -152,7 +152,7 @@ func TestRecordWithPropertiesInItsTopicIsReadAsBefore(t *testing.T) {
 		t.Fatalf("read %+v, want topic a/b with properties %+v", got, legacyWant())
 	}
 	// The retry of that event today is the same record.
-	if r, err := o.Append(context.Background(), Entry{EventID: "ev-1", Topic: "a/b", Props: legacyWant(), Payload: []byte("p")}); err != nil || r.Seq != got[0].Seq {
+	if r, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "ev-1", Topic: "a/b", Props: legacyWant(), Payload: []byte("p")}}); err != nil || r.Seq != got[0].Seq {
 		t.Fatalf("retried append: seq %d, %v; want the pending record", r.Seq, err)
 	}
 	if err := o.Remove(got[0].Seq); err != nil {
@@ -187,15 +187,15 @@ func TestSamePropsDecidesWhetherARewriteIsThePendingRecord(t *testing.T) {
 	props := func(site, parent string) *mqttmsg.Properties {
 		return &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "site", Value: site}, {Key: "traceparent", Value: parent}}}
 	}
-	first, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("x", "00-1"), Payload: []byte{1}})
+	first, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "a", Topic: "t", Props: props("x", "00-1"), Payload: []byte{1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("x", "00-2"), Payload: []byte{1}})
+	again, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "a", Topic: "t", Props: props("x", "00-2"), Payload: []byte{1}}})
 	if err != nil || again.Seq != first.Seq {
 		t.Fatalf("rewrite with another traceparent: seq %d, %v; want the pending seq %d", again.Seq, err, first.Seq)
 	}
-	if _, err := o.Append(context.Background(), Entry{EventID: "a", Topic: "t", Props: props("y", "00-1"), Payload: []byte{1}}); !errors.Is(err, ErrEventIDConflict) {
+	if _, err := o.Append(context.Background(), Entry{Event: mqttmsg.Event{EventID: "a", Topic: "t", Props: props("y", "00-1"), Payload: []byte{1}}}); !errors.Is(err, ErrEventIDConflict) {
 		t.Fatalf("rewrite with another site: %v, want ErrEventIDConflict", err)
 	}
 }

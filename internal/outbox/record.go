@@ -10,13 +10,12 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
-// Record is one message waiting in the outbox for its confirmation.
+// Record is one event waiting in the outbox for its confirmation. The
+// outbox stores no retain flag (Event.Retained is false): the sender
+// publishes every record with the output's one setting.
 type Record struct {
-	Seq      uint64 // FIFO position, assigned by Append, strictly increasing, never reused
-	EventID  string
-	Topic    string
-	Props    *mqttmsg.Properties // MQTT 5 properties it is published with; nil: none
-	Payload  []byte
+	Seq uint64 // FIFO position, assigned by Append, strictly increasing, never reused
+	mqttmsg.Event
 	Enqueued time.Time
 }
 
@@ -93,11 +92,13 @@ func (v *recordView) size() int64 {
 // record copies the view out of the transaction's memory.
 func (v *recordView) record(seq uint64) Record {
 	return Record{
-		Seq:      seq,
-		EventID:  string(v.eventID),
-		Topic:    string(v.topic),
-		Props:    v.props,
-		Payload:  append([]byte(nil), v.payload...),
+		Seq: seq,
+		Event: mqttmsg.Event{
+			EventID: string(v.eventID),
+			Topic:   string(v.topic),
+			Props:   v.props,
+			Payload: append([]byte(nil), v.payload...),
+		},
 		Enqueued: time.Unix(0, v.enqueued),
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
@@ -95,7 +95,7 @@ func (d *Direct) forget(id string, ch chan struct{}) {
 
 // Send publishes rec and returns once it is confirmed, or an error after
 // PublishTimeout (PUBACK) or AckTimeout (end-to-end ACK).
-func (d *Direct) Send(ctx context.Context, rec codec.Message) error {
+func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
 	pubCtx, cancel := context.WithTimeout(ctx, d.s.PublishTimeout)
 	defer cancel()
 	conn, err := d.client.WaitReady(pubCtx)
@@ -136,7 +136,7 @@ func (d *Direct) Send(ctx context.Context, rec codec.Message) error {
 
 // SendAll sends the records whose errs entry is nil concurrently, each
 // waiting for its own confirmation, and stores each outcome in errs.
-func (d *Direct) SendAll(ctx context.Context, recs []codec.Message, errs []error) {
+func (d *Direct) SendAll(ctx context.Context, recs []mqttmsg.Event, errs []error) {
 	var wg sync.WaitGroup
 	for i, rec := range recs {
 		if errs[i] != nil {

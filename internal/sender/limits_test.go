@@ -130,7 +130,7 @@ func TestUnreadTokensSkipFlightsConfirmedFirst(t *testing.T) {
 
 func TestRecordPublicationCarriesStoredProperties(t *testing.T) {
 	props := properties.Stamp(&mqttmsg.Properties{ContentType: "application/octet-stream"}, "ev-1", "dest/topic")
-	rec := outbox.Record{EventID: "ev-1", Topic: "data", Props: props, Payload: []byte{0xff, 0, 1}}
+	rec := outbox.Record{Event: mqttmsg.Event{EventID: "ev-1", Topic: "data", Props: props, Payload: []byte{0xff, 0, 1}}}
 	pub := recordPublication(rec, Config{RequireSubscribers: true})
 	if pub.Topic != "data" || pub.QoS != 1 || string(pub.Payload) != "\xff\x00\x01" || !pub.RequireSubscribers {
 		t.Fatalf("publication %+v", pub)
@@ -138,7 +138,7 @@ func TestRecordPublicationCarriesStoredProperties(t *testing.T) {
 	if v, _ := pub.Props.Get("event_id"); v != "ev-1" || pub.Props.ContentType != "application/octet-stream" {
 		t.Fatalf("properties %+v", pub.Props)
 	}
-	if plain := recordPublication(outbox.Record{EventID: "e", Topic: "t", Payload: []byte("x")}, Config{}); plain.Props != nil {
+	if plain := recordPublication(outbox.Record{Event: mqttmsg.Event{EventID: "e", Topic: "t", Payload: []byte("x")}}, Config{}); plain.Props != nil {
 		t.Fatalf("a record without properties: %+v", plain)
 	}
 

@@ -4,24 +4,24 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
-// recordPublication is the publish of an outbox record, with its MQTT 5
-// properties.
+// recordPublication is the publish of an outbox record: the outbox stores
+// no retain flag, so every record carries the configured one.
 func recordPublication(r outbox.Record, c Config) mqttmsg.Publication {
-	return publication(codec.Message{Topic: r.Topic, Payload: r.Payload, Retain: c.Retained, Props: r.Props}, c)
+	ev := r.Event
+	ev.Retained = c.Retained
+	return publication(ev, c)
 }
 
-// publication is the QoS 1 publish of m. The transport refuses what the
+// publication is the QoS 1 publish of ev. The transport refuses what the
 // server's CONNACK does not allow (Maximum QoS, Retain Available, Maximum
 // Packet Size) before sending it, and the record stays.
-func publication(m codec.Message, c Config) mqttmsg.Publication {
-	return mqttmsg.Publication{Topic: m.Topic, QoS: 1, Retained: m.Retain, Payload: m.Payload,
-		Props: m.Props, RequireSubscribers: c.RequireSubscribers}
+func publication(ev mqttmsg.Event, c Config) mqttmsg.Publication {
+	return mqttmsg.Publication{Event: ev, QoS: 1, RequireSubscribers: c.RequireSubscribers}
 }
 
 // publishFailed counts an MQTT 5 reason code that failed a publish; the

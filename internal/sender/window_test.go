@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -38,7 +39,7 @@ func appendEvents(t *testing.T, ob *outbox.Outbox, from, to int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := from; i <= to; i++ {
-		if _, err := ob.Append(ctx, outbox.Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte("p")}); err != nil {
+		if _, err := ob.Append(ctx, outbox.Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte("p")}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,7 +69,7 @@ func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttmsg.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Publish(ctx, mqttmsg.Publication{Topic: topic, QoS: 1, Payload: payload, Props: props}); err != nil {
+	if err := conn.Publish(ctx, mqttmsg.Publication{Event: mqttmsg.Event{Topic: topic, Payload: payload, Props: props}, QoS: 1}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -167,7 +168,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return service.ErrNotConnected
 	}
 	errs := make([]error, len(batch))
-	recs := make([]codec.Message, len(batch))
+	recs := make([]mqttmsg.Event, len(batch))
 	for i, msg := range batch {
 		if err := msg.GetError(); err != nil {
 			// A processor failed this message (a malformed envelope, a ledger
@@ -216,7 +217,7 @@ func (o *output) notConnected(errs []error, sent bool) bool {
 
 // appendAll appends the messages that have a record in one AppendBatch: they
 // share the committer's transactions.
-func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []codec.Message, errs []error) {
+func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service.MessageBatch, recs []mqttmsg.Event, errs []error) {
 	entries := make([]outbox.Entry, len(batch))
 	for i, rec := range recs {
 		if errs[i] != nil {
@@ -224,8 +225,7 @@ func (o *output) appendAll(ctx context.Context, ob *outbox.Outbox, batch service
 		}
 		// A participant that finds the event already applied returns
 		// commit.ErrAlreadyApplied: nothing is appended.
-		entries[i] = outbox.Entry{EventID: rec.EventID, Topic: rec.Topic, Props: rec.Props, Payload: rec.Payload,
-			Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
+		entries[i] = outbox.Entry{Event: rec, Participants: commit.ParticipantsFor(batch[i].Context(), ob.Path())}
 	}
 	ob.AppendEach(ctx, entries, errs)
 }

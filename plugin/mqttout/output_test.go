@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
@@ -416,7 +417,7 @@ func TestUnreadableRecordIsSkippedAndKeptWhileTheOthersAreDelivered(t *testing.T
 	}
 	var bad uint64
 	for i, p := range []string{"first", "damaged", "third"} {
-		rec, err := ob.Append(context.Background(), outbox.Entry{EventID: fmt.Sprintf("e%d", i), Topic: "test/corrupt", Payload: []byte(p)})
+		rec, err := ob.Append(context.Background(), outbox.Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "test/corrupt", Payload: []byte(p)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
 // buildRecord evaluates the message's interpolations and encodes it as the
@@ -14,15 +15,15 @@ import (
 // here, before anything is stored, with an error that names the message;
 // each is permanent (see PermanentPrefix): the same message fails the same
 // way every time.
-func (o *output) buildRecord(msg *service.Message) (codec.Message, error) {
+func (o *output) buildRecord(msg *service.Message) (mqttmsg.Event, error) {
 	rec, err := o.encode(msg)
 	if err != nil {
-		return codec.Message{}, codec.Permanent(err)
+		return mqttmsg.Event{}, codec.Permanent(err)
 	}
 	return rec, nil
 }
 
-func (o *output) encode(msg *service.Message) (rec codec.Message, err error) {
+func (o *output) encode(msg *service.Message) (rec mqttmsg.Event, err error) {
 	topic, err := o.s.topic.TryString(msg)
 	if err != nil {
 		return rec, fmt.Errorf("topic interpolation failed: %w", err)
@@ -48,13 +49,13 @@ func (o *output) encode(msg *service.Message) (rec codec.Message, err error) {
 	if rec, err = o.s.enc.Encode(id, topic, raw, props); err != nil {
 		return rec, err
 	}
-	rec.Retain = o.s.retainedConst
+	rec.Retained = o.s.retainedConst
 	if o.s.retained != nil {
 		v, err := o.s.retained.TryString(msg)
 		if err != nil {
 			return rec, fmt.Errorf("event %s: retained interpolation failed: %w", id, err)
 		}
-		if rec.Retain, err = strconv.ParseBool(v); err != nil {
+		if rec.Retained, err = strconv.ParseBool(v); err != nil {
 			return rec, fmt.Errorf("event %s: retained evaluated to %q, want true or false", id, v)
 		}
 	}

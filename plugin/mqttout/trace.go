@@ -9,6 +9,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
@@ -58,7 +59,7 @@ func (o *output) senderMetrics() sender.Metrics {
 // context with the record: on MQTT 5 as user properties, with
 // trace_context: envelope in the envelope; a message that could not become
 // a record (err) gets a closed span that says why.
-func (o *output) traceStart(msg *service.Message, rec *codec.Message, err error) {
+func (o *output) traceStart(msg *service.Message, rec *mqttmsg.Event, err error) {
 	if o.spans == nil {
 		return
 	}
@@ -79,7 +80,7 @@ func (o *output) traceStart(msg *service.Message, rec *codec.Message, err error)
 
 // traceWritten closes (direct mode: confirmed or failed) or marks stored
 // (outbox mode) the span of each record written.
-func (o *output) traceWritten(recs []codec.Message, errs []error, direct bool) {
+func (o *output) traceWritten(recs []mqttmsg.Event, errs []error, direct bool) {
 	if o.spans == nil {
 		return
 	}
@@ -98,7 +99,7 @@ func (o *output) traceWritten(recs []codec.Message, errs []error, direct bool) {
 // traceInEnvelope writes the trace context of the span in ctx into rec's
 // envelope (trace_context: envelope). One that does not fit stays out: an
 // event is never refused for its trace context.
-func (o *output) traceInEnvelope(ctx context.Context, rec *codec.Message) {
+func (o *output) traceInEnvelope(ctx context.Context, rec *mqttmsg.Event) {
 	tc := tracing.ContextOf(ctx)
 	if !o.s.enc.TraceContext || tc.Traceparent == "" {
 		return

@@ -26,6 +26,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -88,7 +89,7 @@ func BenchmarkOutboxAppend64Writers(b *testing.B) {
 					return
 				}
 				t0 := time.Now()
-				_, err := ob.Append(context.Background(), outbox.Entry{EventID: fmt.Sprintf("e%d", i), Topic: "bench/outbox", Payload: payload100})
+				_, err := ob.Append(context.Background(), outbox.Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "bench/outbox", Payload: payload100}})
 				lat[i] = time.Since(t0).Nanoseconds()
 				if err != nil {
 					b.Error(err)

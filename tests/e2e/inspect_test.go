@@ -24,6 +24,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -93,7 +94,7 @@ func fillOutbox(t *testing.T, path string, from, n, workers int, payload func(i 
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				e := outbox.Entry{EventID: fmt.Sprintf("ev-%d", i), Topic: fmt.Sprintf("t/%d", i), Payload: payload(i)}
+				e := outbox.Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("ev-%d", i), Topic: fmt.Sprintf("t/%d", i), Payload: payload(i)}}
 				if _, err := ob.Append(context.Background(), e); err != nil {
 					errs <- err
 					return

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -75,7 +76,7 @@ func prepareStartupDisk(t *testing.T, img string) prepared {
 		for i := 0; i < n; i += 1000 {
 			var es []outbox.Entry
 			for j := i; j < min(n, i+1000); j++ {
-				es = append(es, outbox.Entry{EventID: fmt.Sprintf("%s-%d", prefix, j), Topic: "powerloss/prepared", Payload: []byte(strings.Repeat("p", size))})
+				es = append(es, outbox.Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("%s-%d", prefix, j), Topic: "powerloss/prepared", Payload: []byte(strings.Repeat("p", size))}})
 			}
 			rs, errs := o.AppendBatch(ctx, es)
 			for _, err := range errs {
