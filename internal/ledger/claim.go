@@ -106,7 +106,7 @@ func (c *Claim) Apply(tx *bolt.Tx) error {
 	case claims.Released:
 		return fmt.Errorf("dedup key %s: its claim was released before the output wrote it (the message failed or timed out); the message is not written and will be retried", c.key)
 	}
-	existed, old, err := put(tx, c.enc, c.hash, time.Now())
+	existed, old, err := put(tx, c.enc, c.hash, c.l.now())
 	if existed && err != nil {
 		return c.l.damagedEntry(c.key, err)
 	}

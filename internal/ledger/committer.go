@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -50,7 +49,7 @@ func (l *Ledger) commitLoop() {
 }
 
 func (l *Ledger) commitBatch(batch []*commitReq) {
-	now := time.Now()
+	now := l.now()
 	added := make([]bool, len(batch))
 	err := l.file.Update(func(tx *bolt.Tx) error {
 		for i, r := range batch {

@@ -151,12 +151,28 @@ func TestLedgerWrittenBeforeChecksumsIsUpgraded(t *testing.T) {
 func TestLedgerRefusesARolledBackFileUnlessAccepted(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
 	l := openT(t, path, Options{})
-	commitKeys(t, l, "a", "b")
+	commitKeys(t, l, "a")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// b's commit is the file's last transaction (Close stores the clock
+	// after a ledger's own last commit).
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := encodeKey(claims.Key{ID: "b"})
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, _, err := put(tx, enc, hashOf("p-b"), time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	damageNewestMeta(t, path)
-	_, err := Open(path, Options{})
+	_, err = Open(path, Options{})
 	if err == nil || !strings.Contains(err.Error(), "1 commit behind") || !strings.Contains(err.Error(), "accept_rollback") {
 		t.Fatalf("err = %v", err)
 	}

@@ -12,29 +12,42 @@ import (
 // worked off over several runs instead of holding the writer for long.
 const maxBatchesPerRun = 64
 
-// expireLoop deletes keys older than the retention, oldest first, in
-// bounded batches. It is the only code that deletes ledger keys.
+// expireLoop deletes keys older than the retention by the ledger clock
+// (clock.go), oldest first, in bounded batches. It is the only code that
+// deletes ledger keys. Without retention it still stores the clock's
+// reading now and then, so that a retention set later counts the time.
 func (l *Ledger) expireLoop() {
 	defer close(l.expirerDone)
+	every := l.opts.ExpireInterval
 	if l.opts.Retention <= 0 {
-		<-l.closing
-		return
+		every = time.Minute
 	}
-	t := time.NewTicker(l.opts.ExpireInterval)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.closing:
 			return
-		case now := <-t.C:
-			_, _ = l.Expire(now.Add(-l.opts.Retention))
+		case <-t.C:
+			_, _ = l.expireDue()
 		}
 	}
 }
 
-// Expire deletes keys applied before cutoff, in batches of ExpireBatch, at
-// most maxBatchesPerRun batches. Keys claimed by an in-flight message are
-// kept. It returns how many keys it deleted.
+// expireDue is one run of the expirer: the keys past retention by the
+// ledger clock go, and the clock's reading is stored.
+func (l *Ledger) expireDue() (int, error) {
+	cutoff := l.now().Add(-l.opts.Retention)
+	if l.opts.Retention <= 0 || cutoff.UnixNano() <= l.floor {
+		return 0, l.saveClock() // expireBatch would not run to store it
+	}
+	return l.Expire(cutoff) // its transactions store the clock
+}
+
+// Expire deletes keys applied before cutoff, a ledger time (Clock), in
+// batches of ExpireBatch, at most maxBatchesPerRun batches; nothing while
+// cutoff is not past the clock's floor (clock.go). Keys claimed by an
+// in-flight message are kept. It returns how many keys it deleted.
 func (l *Ledger) Expire(cutoff time.Time) (int, error) {
 	total := 0
 	for range maxBatchesPerRun {
@@ -56,8 +69,17 @@ func (l *Ledger) Expire(cutoff time.Time) (int, error) {
 // expireBatch deletes up to ExpireBatch keys older than cutoff in one
 // transaction. more reports that the batch was full (there may be more).
 func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err error) {
+	if cutoff.UnixNano() <= l.floor {
+		// Keys at or before the floor were stamped by another clock: they
+		// have been held for less than retention of observed time.
+		return 0, false, nil
+	}
 	limit := uint64(cutoff.UnixNano())
+	stamp := l.now()
 	err = l.file.Update(func(tx *bolt.Tx) error {
+		if err := storeClock(tx, stamp); err != nil {
+			return err
+		}
 		keys, times := tx.Bucket(bucketKeys), tx.Bucket(bucketTime)
 		var stale [][]byte // time-index entries to delete
 		c := times.Cursor()

@@ -16,10 +16,11 @@
 // Layout, in a file shared through boltfile (the outbox may live in the same
 // file and commit ledger entries in its own transaction):
 //
-//	ledger/keys  encoded key -> version(2) | applied unix nanos (8, BE) | sha256 of payload (32) |
+//	ledger/keys  encoded key -> version(2) | applied, ledger time (clock.go) in unix nanos (8, BE) | sha256 of payload (32) |
 //	             CRC-32C (4, BE) of the encoded key followed by the 41 bytes before it
 //	ledger/time  applied unix nanos (8, BE) | encoded key -> empty   (retention index, oldest first)
-//	ledger/meta  "count" -> number of keys (8, BE); "checksums" (present: every entry has one)
+//	ledger/meta  "count" -> number of keys (8, BE); "checksums" (present: every entry has one);
+//	             "clock", "clock floor" (clock.go)
 //
 // Version 1 entries (no checksum, written before checksums existed) are
 // rewritten at the first open (upgradeEntries); after that a version-1
@@ -38,6 +39,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
@@ -85,6 +87,9 @@ type Options struct {
 	// that may have forgotten the keys of its last commit (those events
 	// would be applied again). Without it Open refuses such a file.
 	AcceptRollback bool
+	// Clock is where the ledger clock reads time (clock.go); the zero
+	// value is the system's. For tests.
+	Clock ledgerclock.Source
 }
 
 func (o *Options) defaults() {
@@ -116,6 +121,9 @@ type Ledger struct {
 	opts Options
 
 	claims *claims.Table // keys claimed, not yet settled; closed with closing
+
+	clock *ledgerclock.Clock // what keys are stamped and expire by (clock.go)
+	floor int64              // no key expires before floor+retention (clock.go)
 
 	keys    atomic.Int64
 	commits atomic.Int64
@@ -196,6 +204,9 @@ func (l *Ledger) load() error {
 	if err := l.file.OpenSection(s); err != nil {
 		return err
 	}
+	if err := l.startClock(); err != nil {
+		return fmt.Errorf("dedup ledger file %s: starting its clock: %w", l.path, err)
+	}
 	return l.file.View(func(tx *bolt.Tx) error {
 		l.keys.Store(int64(boltfile.Uint64(tx.Bucket(bucketMeta), keyCount)))
 		return nil
@@ -228,8 +239,12 @@ func (l *Ledger) Close() error {
 	for _, h := range l.claims.Holds() {
 		h.Settle(claims.Released)
 	}
+	clockErr := l.saveClock()
 	if err := l.file.Release(); err != nil {
 		return fmt.Errorf("closing dedup ledger: %w", err)
+	}
+	if clockErr != nil {
+		return fmt.Errorf("dedup ledger file %s: storing its clock at close (the time since its last commit or expiry run is not counted): %w", l.path, clockErr)
 	}
 	return nil
 }
@@ -327,7 +342,8 @@ func addCount(tx *bolt.Tx, delta int64) error {
 	return boltfile.PutUint64(meta, keyCount, uint64(n))
 }
 
-// put records key as applied inside tx unless it is already there. It
+// put records key as applied at (ledger time) inside tx unless it is
+// already there, and stores the clock's reading with it (clock.go). It
 // reports what was stored before: existed with its hash (existed with an
 // error: the stored entry is damaged, and nothing was written).
 func put(tx *bolt.Tx, key []byte, hash [32]byte, at time.Time) (existed bool, old [32]byte, err error) {
@@ -340,6 +356,9 @@ func put(tx *bolt.Tx, key []byte, hash [32]byte, at time.Time) (existed bool, ol
 		return false, old, err
 	}
 	if err := tx.Bucket(bucketTime).Put(timeKey(at, key), nil); err != nil {
+		return false, old, err
+	}
+	if err := storeClock(tx, at); err != nil {
 		return false, old, err
 	}
 	return false, old, addCount(tx, 1)
