@@ -8,9 +8,11 @@
 // database, so they can commit their state in one transaction.
 //
 // Every file carries a format marker (bucket "reliable-mqtt", key "format",
-// value "reliable-mqtt/1"). A file that is not ours — another program's bolt
-// database, or not a bolt database at all — is refused, and is never
-// written, truncated or repaired.
+// value "reliable-mqtt/1"), and each store in it the format version of its
+// own buckets (Section.Format). A file that is not ours — another program's
+// bolt database, or not a bolt database at all — is refused, and is never
+// written, truncated or repaired; so is one whose marker names a newer
+// version ("reliable-mqtt/2"), with a *format.NewerError.
 //
 // Invariant: a file at a configured path always holds its owner's buckets.
 // A new file is written whole under a temporary name (create.go) and only
@@ -33,6 +35,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +44,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	reg "github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 )
 
@@ -354,6 +358,9 @@ func checkMarker(tx *bolt.Tx, path string) error {
 	if v == nil {
 		return fmt.Errorf("bbolt file %s: %w: bucket %q has no %q key; refusing to touch it", path, ErrNotOurs, MarkerBucket, MarkerKey)
 	}
+	if n, ok := markerVersion(v); ok && n > fileFormat {
+		return format.Check(path, "bbolt file format marker "+strconv.Quote(string(v)), n, fileFormat)
+	}
 	if string(v) != FormatV1 {
 		shown := string(v)
 		if len(shown) > 64 {
@@ -365,6 +372,19 @@ func checkMarker(tx *bolt.Tx, path string) error {
 		return &DamagedError{Path: path, Cause: "it holds the format marker and no outbox or ledger buckets (reliable-mqtt creates a file whole, with its buckets, so they are lost)"}
 	}
 	return nil
+}
+
+// fileFormat is the version FormatV1 names; the only one this build reads.
+const fileFormat = 1
+
+// markerVersion reads N from a marker "reliable-mqtt/N".
+func markerVersion(v []byte) (uint64, bool) {
+	rest, ok := strings.CutPrefix(string(v), "reliable-mqtt/")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return n, err == nil
 }
 
 // emptyFile refuses a 0-byte file at a configured path: reliable-mqtt never

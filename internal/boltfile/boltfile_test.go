@@ -270,7 +270,20 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 					return b.Put([]byte(MarkerKey), []byte("reliable-mqtt/9"))
 				})
 			},
-			want: []string{"not a reliable-mqtt file", `"reliable-mqtt/9"`},
+			want: []string{`"reliable-mqtt/9"`, "written in a newer format", "format version 9", "reads versions 1 to 1", "run the release that wrote it, or a newer one"},
+		},
+		{
+			name: "marker of another program",
+			make: func(t *testing.T, path string) {
+				writeBolt(t, path, func(tx *bolt.Tx) error {
+					b, err := tx.CreateBucket([]byte(MarkerBucket))
+					if err != nil {
+						return err
+					}
+					return b.Put([]byte(MarkerKey), []byte("other/2"))
+				})
+			},
+			want: []string{"not a reliable-mqtt file", `"other/2"`},
 		},
 		{
 			name: "marker bucket without key",

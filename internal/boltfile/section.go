@@ -1,10 +1,14 @@
 package boltfile
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"syscall"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
 // A Section is the set of buckets one store keeps in a shared file (the
@@ -16,9 +20,17 @@ import (
 // once every entry carries a checksum (KeyChecksums in its meta bucket):
 // a section without the marker is upgraded first, a new one gets it at
 // creation.
+//
+// Invariant: a section names the format version that wrote it (KeyFormat
+// in its meta bucket), and one newer than Format is refused whole before
+// anything reads or writes it (a *format.NewerError). A section written
+// before the marker existed is read as Format and gets the marker.
 type Section struct {
 	// Name names the store in errors ("outbox", "dedup ledger").
 	Name string
+	// Format is the version of the section's layout this build writes
+	// and the newest it reads; 0: the section keeps no KeyFormat.
+	Format uint64
 	// Buckets are created together. The first holds the checksummed
 	// entries; the last is the meta bucket, which holds KeyChecksums.
 	Buckets [][]byte
@@ -44,6 +56,30 @@ type Section struct {
 // carries a checksum.
 var KeyChecksums = []byte("checksums")
 
+// KeyFormat in a section's meta bucket holds the section's format version
+// (8 bytes, big-endian).
+var KeyFormat = []byte("format")
+
+// checkFormat refuses a section whose stored format is newer than s.Format,
+// and reports whether its marker is missing or older (to be rewritten).
+func (s Section) checkFormat(meta *bolt.Bucket, path string) (stale bool, err error) {
+	if s.Format == 0 {
+		return false, nil
+	}
+	v := meta.Get(KeyFormat)
+	if v == nil {
+		return true, nil
+	}
+	found := Uint64(meta, KeyFormat)
+	if len(v) != 8 {
+		return false, &DamagedError{Path: path, Cause: fmt.Sprintf("the %s's format marker is %d bytes, not 8", s.Name, len(v))}
+	}
+	if err := format.Check(path, "the "+s.Name, found, s.Format); err != nil {
+		return false, err
+	}
+	return found < s.Format, nil
+}
+
 // Checksum is the CRC-32C of key followed by body: an entry's checksum
 // covers its key, so a value that a damaged page shows under another key
 // fails too.
@@ -66,6 +102,11 @@ func (s Section) CreateIn(tx *bolt.Tx) (checksummed bool, err error) {
 		}
 	}
 	meta := s.meta(tx)
+	if s.Format != 0 && meta.Get(KeyFormat) == nil {
+		if err := PutUint64(meta, KeyFormat, s.Format); err != nil {
+			return false, err
+		}
+	}
 	if s.Init != nil {
 		if err := s.Init(meta); err != nil {
 			return false, err
@@ -83,7 +124,7 @@ func (s Section) CreateIn(tx *bolt.Tx) (checksummed bool, err error) {
 // and verifies every entry when the file was verified.
 func (f *File) OpenSection(s Section) error {
 	path := f.Path()
-	ready, checksummed, some := false, false, false
+	ready, checksummed, some, stale := false, false, false, false
 	err := f.View(func(tx *bolt.Tx) error {
 		all := true
 		for _, name := range s.Buckets {
@@ -95,6 +136,10 @@ func (f *File) OpenSection(s Section) error {
 		}
 		if !all || (s.Complete != nil && !s.Complete(s.meta(tx))) {
 			return nil
+		}
+		var err error
+		if stale, err = s.checkFormat(s.meta(tx), path); err != nil {
+			return err
 		}
 		if s.Check != nil {
 			if err := s.Check(tx); err != nil {
@@ -124,8 +169,24 @@ func (f *File) OpenSection(s Section) error {
 			return err
 		}
 	}
+	if stale {
+		if err := f.markFormat(s); err != nil {
+			return err
+		}
+	}
 	if f.Verified() && s.Verify != nil {
 		return s.Verify()
+	}
+	return nil
+}
+
+// markFormat stores s.Format in a section written before its marker. On a
+// full disk it is left for a later start: an existing section must open
+// (and drain) without room to write, and reads as s.Format without it.
+func (f *File) markFormat(s Section) error {
+	err := f.Update(func(tx *bolt.Tx) error { return PutUint64(s.meta(tx), KeyFormat, s.Format) })
+	if err != nil && !errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%s file %s: storing its format marker: %w", s.Name, f.Path(), err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
 // Damaged records. Every read checks a record's checksum; one that fails is
@@ -55,6 +56,9 @@ func (o *Outbox) moveAside(tx *bolt.Tx, key []byte, reason string) (d DamagedRec
 		// a lookup that misses it means the page's order is damaged.
 		return d, 0, false, &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("outbox record key %x, seen by a reader, cannot be looked up: a page of records is damaged", key)}
 	}
+	if err := newerRecord(o.path, key, v); err != nil {
+		return d, 0, false, err // not damage: never set aside
+	}
 	if _, derr := decodeRecord(key, v, false); derr == nil {
 		return d, 0, false, nil // reads fine now: keep it
 	} else if reason == "" {
@@ -95,6 +99,9 @@ func (o *Outbox) upgradeRecords() error {
 		if len(v) > 0 && (v[0] == recordVersion || v[0] == recordVersionV2) {
 			return nil
 		}
+		if err := newerRecord(o.path, k, v); err != nil {
+			return err
+		}
 		view, err := decodeRecord(k, v, true)
 		if err != nil {
 			d, sz, ok, err := o.moveAside(tx, k, "unreadable record written before checksums: "+err.Error())
@@ -109,6 +116,9 @@ func (o *Outbox) upgradeRecords() error {
 	}, func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
+	if format.IsNewer(err) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("outbox file %s: adding checksums to the records written by an earlier version failed (nothing is lost; the file is read as before and upgraded at the next start): %w", o.path, err)
 	}
@@ -130,7 +140,8 @@ func (o *Outbox) checkCount() error {
 }
 
 // checkKeys walks the whole queue, in one pass checking that its keys are
-// in order and that there are at least as many as the counter says. Order
+// in order, that none holds a record of a newer version (refused whole, not
+// set aside), and that there are at least as many as the counter says. Order
 // is checked over the whole queue, not just what a reader walked: a damaged
 // key that sorts below its neighbours can be jumped over by a seek's binary
 // search, and would stay pending, never read and never reported.
@@ -139,9 +150,12 @@ func checkKeys(path string, records, meta *bolt.Bucket) error {
 	var have uint64
 	var prev []byte
 	c := records.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if prev != nil && bytes.Compare(k, prev) <= 0 {
 			return outOfOrder(path, k, prev)
+		}
+		if err := newerRecord(path, k, v); err != nil {
+			return err
 		}
 		prev = k
 		have++

@@ -12,8 +12,9 @@
 //
 //	outbox/records  seq (8-byte big-endian) -> record value (record.go)
 //	outbox/ids      event ID -> seq
-//	outbox/meta     "pending", "pending_bytes", "damaged" (8-byte big-endian),
-//	                "client_id", "checksums" (present: every record has one)
+//	outbox/meta     "pending", "pending_bytes", "damaged", "format" (8-byte
+//	                big-endian), "client_id", "checksums" (present: every
+//	                record has one)
 //	outbox/damaged  seq -> a record value that failed its checksum (damaged.go)
 package outbox
 
@@ -33,6 +34,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -206,19 +208,30 @@ func (o *Outbox) section() boltfile.Section {
 	return s
 }
 
-// layout is the outbox's buckets, created with its client ID.
+// layout is the outbox's buckets, created with its client ID. Its format
+// is the newest record version (record.go).
 var layout = boltfile.Section{
 	Name:     "outbox",
+	Format:   recordVersion,
 	Buckets:  [][]byte{bucketRecords, bucketIDs, bucketMeta},
 	Init:     initClientID,
 	Complete: func(meta *bolt.Bucket) bool { return meta.Get(keyClientID) != nil },
 }
 
 // checkPending: the pending counter moves with the records, so a counter
-// without them is damage.
+// without them is damage. It also refuses a queue whose ends hold a record
+// of a newer version (a verified start checks every record: checkKeys).
 func (o *Outbox) checkPending(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
-	if k, _ := tx.Bucket(bucketRecords).Cursor().First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
+	c := tx.Bucket(bucketRecords).Cursor()
+	for _, end := range []func() ([]byte, []byte){c.First, c.Last} {
+		if k, v := end(); k != nil {
+			if err := newerRecord(o.path, k, v); err != nil {
+				return err
+			}
+		}
+	}
+	if k, _ := c.First(); k == nil && boltfile.Uint64(meta, keyPending) > 0 {
 		return &boltfile.DamagedError{Path: o.path, Cause: fmt.Sprintf("its counter says %d outbox records are pending but the records bucket is empty: they were lost to damage", boltfile.Uint64(meta, keyPending))}
 	}
 	return nil
@@ -418,6 +431,9 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 			}
 			prev = k
 			view, err := decodeRecord(k, v, false)
+			if format.IsNewer(err) {
+				return newerRecord(o.path, k, v) // stop here: never set aside
+			}
 			if err != nil {
 				bad = append(bad, suspect{key: append([]byte(nil), k...), reason: err.Error()})
 				continue

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
@@ -36,7 +37,9 @@ func size(eventID, topic string, props []byte, payload []byte) int64 {
 // under another key fails as well (boltfile.Checksum). A record without
 // properties is written as version 2, which is the same without the
 // properties field, byte for byte what was written before version 3
-// existed, so an older binary still reads it. A version-2 record may carry
+// existed, so an older binary still reads it. A version above 3 was written
+// by a newer release: it is refused (newerRecord), never set aside as
+// damage, and the outbox's format marker (layout.Format) says 3. A version-2 record may carry
 // properties in its topic field (props.go, splitLegacyTopic); it is read
 // as the record it always was. Version 1, written before checksums, is
 // version 2 without the CRC; it is read only while upgrading a file
@@ -103,7 +106,10 @@ func (v *recordView) record(seq uint64) Record {
 	}
 }
 
-var errShort = errors.New("value too short")
+var (
+	errShort    = errors.New("value too short")
+	errChecksum = errors.New("checksum mismatch")
+)
 
 // decodeRecord checks a stored record against its key and checksum and
 // decodes it. legacy accepts version 1 (no checksum), for the upgrade only.
@@ -120,12 +126,14 @@ func decodeRecord(key, b []byte, legacy bool) (recordView, error) {
 		}
 		body := b[:len(b)-crcLen]
 		if got, want := boltfile.Checksum(key, body), binary.BigEndian.Uint32(b[len(body):]); got != want {
-			return v, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
+			return v, fmt.Errorf("%w (stored %08x, computed %08x)", errChecksum, want, got)
 		}
 		b = body
 	case version == recordVersionV1 && legacy:
 	case version == recordVersionV1:
 		return v, errors.New("record without a checksum in a checksummed outbox")
+	case version > recordVersion:
+		return v, fmt.Errorf("record version %d: %w", version, format.ErrNewer)
 	default:
 		return v, fmt.Errorf("unknown record version %d", version)
 	}
@@ -157,6 +165,15 @@ func decodeRecord(key, b []byte, legacy bool) (recordView, error) {
 	}
 	v.payload = rest
 	return v, nil
+}
+
+// newerRecord returns a *format.NewerError if the record under key is of a
+// version newer than this build reads, else nil.
+func newerRecord(path string, key, v []byte) error {
+	if len(v) == 0 {
+		return nil
+	}
+	return format.Check(path, fmt.Sprintf("outbox record seq %d", seqFromKey(key)), uint64(v[0]), recordVersion)
 }
 
 func lengthPrefixed(b []byte) (field, rest []byte, err error) {
