@@ -193,7 +193,7 @@ func TestRestorePutsReadableRecordsBackInTheirPlace(t *testing.T) {
 	o := openT(t, path, Options{})
 	var want []Record
 	for i := range 5 {
-		e := Entry{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(fmt.Sprintf("p%d", i))}
+		e := Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "t", Payload: []byte(fmt.Sprintf("p%d", i))}}
 		if i%2 == 0 { // version 3: with MQTT 5 properties
 			e.Props = &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "k", Value: fmt.Sprint(i)}}}
 		}
@@ -214,7 +214,7 @@ func TestRestorePutsReadableRecordsBackInTheirPlace(t *testing.T) {
 	})
 	// A new copy of e2 (seq 3) was appended since: it stays the pending one.
 	o = openT(t, path, Options{})
-	if _, err := o.Append(t.Context(), Entry{EventID: "e2", Topic: "t", Payload: []byte("p2")}); err != nil {
+	if _, err := o.Append(t.Context(), Entry{Event: mqttmsg.Event{EventID: "e2", Topic: "t", Payload: []byte("p2")}}); err != nil {
 		t.Fatal(err)
 	}
 	closeT(t, o)
