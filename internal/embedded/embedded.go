@@ -57,6 +57,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -203,15 +204,22 @@ func defaultLog() slog.Handler {
 	return slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
 }
 
-// quietNoise lowers two kinds of mochi warnings to debug, so the default
-// level shows real problems such as dropped messages: the message-less
-// listener warning logged for every client connection that ends with an
-// error (e.g. at shutdown), and the low-keepalive warning for a client with
-// keepalive 0, which disables keepalive on purpose.
+// quietNoise is mochi's logger: it lowers to debug what needs no action,
+// so the default level shows real problems such as dropped messages.
+//   - mochi's own info lines (hooks added, listeners attached, server
+//     starting and stopping): our "embedded broker started" line says what
+//     a user needs. Our hooks log through this logger too; their lines
+//     start with "embedded broker" and keep their level;
+//   - the message-less listener warning logged for every client connection
+//     that ends with an error (e.g. at shutdown);
+//   - the low-keepalive warning when the keepalive is 0 (off on purpose) or
+//     meets mochi's recommendation: mochi warns at keepalive <= 5 s while
+//     naming 5 s as the value it recommends, which is our default.
 type quietNoise struct{ slog.Handler }
 
 func (h quietNoise) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn && (r.Message == "" || isKeepaliveOff(r)) {
+	mochiInfo := r.Level == slog.LevelInfo && !strings.HasPrefix(r.Message, "embedded broker")
+	if mochiInfo || r.Level == slog.LevelWarn && (r.Message == "" || keepaliveNeedsNoAction(r)) {
 		r.Level = slog.LevelDebug
 	}
 	if !h.Handler.Enabled(ctx, r.Level) {
@@ -220,19 +228,25 @@ func (h quietNoise) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
-func isKeepaliveOff(r slog.Record) bool {
+// keepaliveNeedsNoAction reports a low-keepalive warning whose keepalive
+// is 0 or at least the recommended value it names.
+func keepaliveNeedsNoAction(r slog.Record) bool {
 	if r.Message != mqtt.ErrMinimumKeepalive.Error() {
 		return false
 	}
-	off := false
+	keepalive, recommended := int64(-1), int64(-1)
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "keepalive" {
-			off = a.Value.Resolve().String() == "0"
-			return false
+		v, err := strconv.ParseInt(a.Value.Resolve().String(), 10, 64)
+		switch {
+		case err != nil:
+		case a.Key == "keepalive":
+			keepalive = v
+		case a.Key == "recommended":
+			recommended = v
 		}
 		return true
 	})
-	return off
+	return keepalive == 0 || keepalive > 0 && recommended > 0 && keepalive >= recommended
 }
 
 func (h quietNoise) WithAttrs(as []slog.Attr) slog.Handler {
@@ -344,7 +358,7 @@ func start(dir string, cfg Config) (*instance, error) {
 	if h == nil {
 		h = defaultLog()
 	}
-	log := slog.New(quietNoise{h}).With("component", "embedded_broker", "dir", dir)
+	log := slog.New(h).With("component", "embedded_broker", "dir", dir)
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumInflight = cfg.MaxInflight
@@ -357,7 +371,7 @@ func start(dir string, cfg Config) (*instance, error) {
 
 	server := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
-		Logger:       log,
+		Logger:       slog.New(quietNoise{h}).With("component", "embedded_broker", "dir", dir),
 		InlineClient: true, // used to replay fan-outs interrupted by a crash
 	})
 

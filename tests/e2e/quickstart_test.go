@@ -209,3 +209,27 @@ func realPath(p string) string {
 	}
 	return p
 }
+
+// warnLine is a logfmt line at warning level or above, or a panic.
+var warnLine = regexp.MustCompile(`(?m)^.*(level=(warn|warning|error|fatal)\b|panic:).*$`)
+
+// TestQuickstartFirstScreenHasNoWarning runs the README's quickstart
+// command as it stands in a fresh directory and waits, not for a time, but
+// for what a new user waits for: readings applied and the first report
+// line with nothing missing. Up to then no line may be a warning or an
+// error: a clean start must not teach users to ignore warnings.
+func TestQuickstartFirstScreenHasNoWarning(t *testing.T) {
+	q := startQuickstart(t, t.TempDir())
+	var log string
+	harness.Eventually(t, 60*time.Second, "5 readings applied and a report line with nothing missing", func() bool {
+		log = q.log(t)
+		reports := qsReport.FindAllStringSubmatch(log, -1)
+		return len(qsApplied.FindAllString(log, 5)) == 5 && len(reports) > 0 && reports[len(reports)-1][4] == "none"
+	})
+	if bad := warnLine.FindAllString(log, -1); len(bad) > 0 {
+		t.Errorf("a clean start printed %d warning or error lines:\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+	if !strings.Contains(log, "embedded broker started") {
+		t.Errorf("no 'embedded broker started' line: the broker's own line is what the first screen keeps")
+	}
+}
