@@ -55,6 +55,7 @@ func TestEnginesAndWirePackagesLinkNoBenthos(t *testing.T) {
 		"internal/mqttmsg", "internal/codec", "internal/properties",
 		"internal/mqttclient", "internal/sender", "internal/inbox",
 		"internal/envelope", "internal/outbox", "internal/backoff",
+		"internal/frame",
 	} {
 		for _, d := range deps(t, pkg) {
 			if strings.HasPrefix(d, "github.com/redpanda-data/benthos/") {
