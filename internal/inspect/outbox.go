@@ -21,6 +21,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/term"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -36,8 +38,8 @@ func OutboxCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "outbox",
 		Usage: "Inspect, export or purge a reliable_mqtt_out outbox file",
-		Description: "The file is opened read-only (except by purge --yes). A file held by a running\n" +
-			"process cannot be read: stop it, or watch its metrics.",
+		Description: "The file is opened read-only (except by purge --yes and restore). A file held by a\n" +
+			"running process cannot be read: stop it, or watch its metrics.",
 		Subcommands: []*cli.Command{
 			interspersed(&cli.Command{
 				Name:      "stat",
@@ -65,6 +67,13 @@ func OutboxCommand() *cli.Command {
 					&cli.PathFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` (must not exist) instead of stdout"},
 				},
 				Action: outboxExport,
+			}),
+			interspersed(&cli.Command{
+				Name: "restore",
+				Usage: "Put back in the queue, under their original sequence numbers, the set-aside records " +
+					"that pass their checksum in a format this build reads (the process must be stopped)",
+				UsageText: "reliable-mqtt outbox restore FILE",
+				Action:    outboxRestore,
 			}),
 			interspersed(&cli.Command{
 				Name:  "purge",
@@ -108,7 +117,31 @@ type outboxStatJSON struct {
 	Newest       *time.Time `json:"newest"`
 	ClientID     string     `json:"client_id"`
 	Damaged      int        `json:"damaged"`
+	SetAside     setAside   `json:"set_aside"`
 	Verified     string     `json:"verified"`
+}
+
+// setAside counts the records in outbox/damaged by what this build finds.
+type setAside struct {
+	Readable    int `json:"readable"` // pass their checksum: `outbox restore` puts them back
+	Checksum    int `json:"checksum"`
+	NewerFormat int `json:"newer_format"`
+	Unreadable  int `json:"unreadable"`
+}
+
+func countAside(tx *bolt.Tx, path string) (setAside, error) {
+	n, err := outbox.AsideCounts(tx, path)
+	return setAside{n[outbox.AsideReadable], n[outbox.AsideChecksum], n[outbox.AsideNewer], n[outbox.AsideUnreadable]}, err
+}
+
+// String is stat's "set aside" line.
+func (a setAside) String() string {
+	total := a.Readable + a.Checksum + a.NewerFormat + a.Unreadable
+	if total == 0 {
+		return "0 records"
+	}
+	return fmt.Sprintf("%d records, never published: %d pass their checksum in a format this build reads (`reliable-mqtt outbox restore FILE` puts them back), %d fail their checksum, %d are of a newer record version, %d are unreadable otherwise; `outbox list` names each",
+		total, a.Readable, a.Checksum, a.NewerFormat, a.Unreadable)
 }
 
 // outboxStat verifies the file before it reports anything: counters read
@@ -124,6 +157,10 @@ func outboxStat(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		aside, err := countAside(tx, path)
+		if err != nil {
+			return err
+		}
 		verified := fmt.Sprintf("every page read, bbolt's consistency check passed, %d records pass their checksums, none missing by its counter", checked)
 		out := c.App.Writer
 		if c.Bool("json") {
@@ -131,7 +168,7 @@ func outboxStat(c *cli.Context) error {
 				File: path, Pending: s.Pending, PendingBytes: s.PendingBytes,
 				FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
 				Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest),
-				ClientID: s.ClientID, Damaged: s.Damaged, Verified: verified,
+				ClientID: s.ClientID, Damaged: s.Damaged, SetAside: aside, Verified: verified,
 			})
 		}
 		now := time.Now()
@@ -144,7 +181,7 @@ func outboxStat(c *cli.Context) error {
 		}
 		// The stored ID is a fallback: a configured client_id replaces it.
 		fmt.Fprintf(w, "client id:\t%s (stored in the file; used only while the output's client_id is empty)\n", s.ClientID)
-		fmt.Fprintf(w, "damaged:\t%d records set aside (failed their checksum, never published)\n", s.Damaged)
+		fmt.Fprintf(w, "set aside:\t%s\n", aside)
 		fmt.Fprintf(w, "verified:\t%s\n", verified)
 		return w.Flush()
 	})
@@ -159,6 +196,8 @@ type recordJSON struct {
 	Size          int             `json:"size"`
 	Payload       *string         `json:"payload,omitempty"`        // the payload, when it is UTF-8
 	PayloadBase64 string          `json:"payload_base64,omitempty"` // otherwise
+	SetAside      string          `json:"set_aside,omitempty"`      // a set-aside record: readable, checksum, newer format, unreadable
+	Reason        string          `json:"reason,omitempty"`         // why, for a set-aside record
 }
 
 func toJSON(r outbox.Record, withPayload bool) recordJSON {
@@ -203,7 +242,11 @@ func outboxList(c *cli.Context) error {
 				if asJSON {
 					return err // a script must not mistake a gap for the end
 				}
-				fmt.Fprintf(w, "%d\t(damaged: %v)\t\t\t\n", r.Seq, err)
+				label := "damaged"
+				if format.IsNewer(err) {
+					label = "newer format"
+				}
+				fmt.Fprintf(w, "%d\t(%s: %v)\t\t\t\n", r.Seq, label, err)
 				return nil
 			}
 			if asJSON {
@@ -215,11 +258,73 @@ func outboxList(c *cli.Context) error {
 		if err != nil && !errors.Is(err, errStop) {
 			return err
 		}
+		if err := listAside(tx, path, w, out, asJSON); err != nil {
+			return err
+		}
 		if !asJSON {
 			return w.Flush()
 		}
 		return nil
 	})
+}
+
+// listAside follows the pending records with the set-aside ones, each with
+// its reason (JSON: "set_aside" and "reason" tell them from pending ones).
+func listAside(tx *bolt.Tx, path string, w, out io.Writer, asJSON bool) error {
+	first := true
+	return outbox.EachAside(tx, path, func(a outbox.AsideRecord) error {
+		if asJSON {
+			j := recordJSON{Seq: a.Seq, Size: a.Size, SetAside: a.Kind.String(), Reason: a.Reason}
+			if a.Kind == outbox.AsideReadable {
+				j = toJSON(a.Record, false)
+				j.SetAside, j.Reason = a.Kind.String(), a.Reason
+			}
+			return writeJSONLine(out, j)
+		}
+		if first {
+			fmt.Fprintln(w, "\nSET ASIDE (never published)\tEVENT ID\tTOPIC\tSIZE\tREASON")
+			first = false
+		}
+		_, err := fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s: %s\n", a.Seq, a.Record.EventID, a.Record.Topic, len(a.Record.Payload), a.Kind, a.Reason)
+		return err
+	})
+}
+
+// outboxRestore puts the readable set-aside records back (outbox.Restore).
+func outboxRestore(c *cli.Context) error {
+	path, err := fileArg(c)
+	if err != nil {
+		return err
+	}
+	r, err := outbox.Restore(path)
+	if errors.Is(err, boltfile.ErrLocked) {
+		return fmt.Errorf("outbox restore: %s is locked by another process (a running reliable-mqtt?): restore needs the file to itself, since a running output has read past the sequence numbers it puts back; stop that process and run restore again; nothing restored", path)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox restore: %w", err)
+	}
+	w := c.App.Writer
+	seqs := make([]string, len(r.Seqs))
+	for i, s := range r.Seqs {
+		seqs[i] = fmt.Sprint(s)
+	}
+	fmt.Fprintf(w, "restored %d records to the queue of %s under their original sequence numbers (%s); they are sent in FIFO order at the next start\n", len(r.Seqs), path, strings.Join(seqs, ", "))
+	var kept setAside
+	for _, a := range r.Kept {
+		switch a.Kind {
+		case outbox.AsideReadable:
+			kept.Readable++
+		case outbox.AsideChecksum:
+			kept.Checksum++
+		case outbox.AsideNewer:
+			kept.NewerFormat++
+		default:
+			kept.Unreadable++
+		}
+		fmt.Fprintf(w, "kept set aside: seq %d (%d bytes): %s: %s\n", a.Seq, a.Size, a.Kind, a.Reason)
+	}
+	fmt.Fprintf(w, "still set aside: %s\n", kept)
+	return nil
 }
 
 // writeJSONLine writes v as one line, payload characters unescaped.
