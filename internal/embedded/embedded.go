@@ -1,4 +1,6 @@
 // Package embedded runs the in-process MQTT broker behind `embedded://` URLs.
+// A client does not start it: StartClient starts the brokers a config's
+// URLs name, then the client (internal/mqttclient) with their addresses.
 //
 // Any MQTT component configured with `urls: [embedded://...]` gets a mochi
 // broker (github.com/mochi-mqtt/server/v2) started once per process per data

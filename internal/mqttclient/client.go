@@ -1,6 +1,8 @@
 // Package mqttclient is the connection layer every reliable-mqtt component
-// uses: broker URLs (including embedded://), credentials, TLS, will, and a
-// reconnect loop with explicit connection state.
+// uses: broker URLs, credentials, TLS, will, and a reconnect loop with
+// explicit connection state. It starts no broker: an embedded:// URL is
+// resolved beside it (embedded.StartClient starts that broker, then the
+// client with the broker's URL).
 //
 // The engines see only the Transport and Conn interfaces (plus Message and
 // Token). Client implements them with one reconnect loop and a dialer per
@@ -19,11 +21,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
@@ -114,10 +114,10 @@ type Options struct {
 	// each message with msg.Ack() when it is safe to.
 	ManualAck bool
 	Logger    Logger // nil: the client logs nothing
-	// BrokerLog receives the log records of the embedded brokers this
-	// client starts (embedded://), so they follow the component's logger;
-	// nil: the broker's own default.
-	BrokerLog slog.Handler
+	// ConfiguredURLs are the URLs as the user wrote them, index for index
+	// with Config.URLs, for messages (an embedded:// URL resolved to the
+	// broker's loopback address); nil: Config.URLs.
+	ConfiguredURLs []string
 }
 
 // Logger is what the client logs through (Benthos's *service.Logger fits).
@@ -219,7 +219,7 @@ var _ Transport = (*Client)(nil)
 
 // Client keeps one connection to the broker alive, reconnecting with backoff
 // until Close. The protocol is only in its dialer: the loop, the backoff,
-// OnConnect and the embedded brokers are the same for 3.1.1 and 5.
+// and OnConnect are the same for 3.1.1 and 5.
 type Client struct {
 	cfg  Config
 	h    Handlers
@@ -227,8 +227,8 @@ type Client struct {
 	log  Logger // never nil
 	dial dialer
 
-	brokerURLs []string
-	embedded   []*embedded.Broker
+	brokerURLs []string // what is dialled: cfg.URLs
+	shownURLs  []string // what messages name: Options.ConfiguredURLs
 
 	mu      sync.Mutex
 	current conn          // ready connection, nil while down
@@ -239,8 +239,11 @@ type Client struct {
 	done    chan struct{}
 }
 
-// Start resolves the broker URLs (starting embedded brokers) and begins
-// connecting in the background with the protocol cfg names. It returns
+// Starter starts a client, and whatever must run beside it (the broker of
+// an embedded:// URL: embedded.StartClient), with the caller's handlers.
+type Starter func(Config, Handlers) (Transport, error)
+
+// Start begins connecting in the background with the protocol cfg names. It returns
 // without waiting for a broker.
 func Start(cfg Config, h Handlers, opts Options) (Transport, error) {
 	c, err := newClient(cfg, h, opts)
@@ -256,7 +259,7 @@ func Start(cfg Config, h Handlers, opts Options) (Transport, error) {
 	return c, nil
 }
 
-// newClient checks cfg and starts its embedded brokers.
+// newClient checks cfg.
 func newClient(cfg Config, h Handlers, opts Options) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -274,34 +277,11 @@ func newClient(cfg Config, h Handlers, opts Options) (*Client, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	// The embedded broker logs through this component's logger.
-	var eo []embedded.Option
-	if opts.BrokerLog != nil {
-		eo = append(eo, embedded.WithLog(opts.BrokerLog))
-	}
-	for _, raw := range cfg.URLs {
-		if !embedded.IsEmbedded(raw) {
-			c.brokerURLs = append(c.brokerURLs, raw)
-			continue
-		}
-		b, err := embedded.Acquire(raw, eo...)
-		if err != nil {
-			c.releaseEmbedded()
-			return nil, fmt.Errorf("start embedded broker %q: %w", raw, err)
-		}
-		c.embedded = append(c.embedded, b)
-		c.brokerURLs = append(c.brokerURLs, b.ClientURL())
+	c.brokerURLs, c.shownURLs = cfg.URLs, cfg.URLs
+	if len(opts.ConfiguredURLs) == len(cfg.URLs) {
+		c.shownURLs = opts.ConfiguredURLs
 	}
 	return c, nil
-}
-
-func (c *Client) releaseEmbedded() {
-	for _, b := range c.embedded {
-		if err := b.Release(); err != nil {
-			c.log.Warnf("Closing embedded broker %s: %v", b.Dir(), err)
-		}
-	}
-	c.embedded = nil
 }
 
 // Current returns the ready connection, or nil while there is none.
@@ -355,9 +335,6 @@ func (c *Client) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("mqtt: close timed out: %w", ctx.Err())
 	}
-	// Even after a timeout: the loop no longer needs the broker once it
-	// sees closing, and a leaked reference would keep it running.
-	c.releaseEmbedded()
 	return err
 }
 
@@ -374,7 +351,7 @@ func (c *Client) loop() {
 		if err != nil {
 			failures++
 			delay := c.cfg.Reconnect.After(failures)
-			c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.cfg.URLs, delay, err)
+			c.log.Warnf("MQTT connection to %v failed, retrying in %s: %v", c.shownURLs, delay, err)
 			select {
 			case <-time.After(delay):
 			case <-c.closing:
@@ -387,7 +364,7 @@ func (c *Client) loop() {
 		select {
 		case <-conn.Lost():
 			c.setCurrent(nil)
-			c.log.Warnf("MQTT connection to %v lost; reconnecting", c.cfg.URLs)
+			c.log.Warnf("MQTT connection to %v lost; reconnecting", c.shownURLs)
 			conn.disconnect(false)
 			if conn.base().dropReason() == nil {
 				failures = 0
@@ -416,11 +393,11 @@ func (c *Client) loop() {
 func (c *Client) chosen(conn conn) string {
 	b := conn.base().broker
 	if b == "" || len(c.brokerURLs) == 1 {
-		return fmt.Sprint(c.cfg.URLs)
+		return fmt.Sprint(c.shownURLs)
 	}
 	for i, u := range c.brokerURLs {
 		if u == b {
-			return fmt.Sprintf("%s (URL %d of %d)", c.cfg.URLs[i], i+1, len(c.brokerURLs))
+			return fmt.Sprintf("%s (URL %d of %d)", c.shownURLs[i], i+1, len(c.brokerURLs))
 		}
 	}
 	return b

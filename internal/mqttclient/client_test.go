@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -63,7 +64,7 @@ func TestReconnectsAfterBrokerRestartWithANewConnAndSessionPresent(t *testing.T)
 		m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true})
 		cfg := config(m.URL())
 		var connects atomic.Int32
-		c, err := mqttclient.Start(cfg, mqttclient.Handlers{
+		c, err := embedded.StartClient(cfg, mqttclient.Handlers{
 			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 				connects.Add(1)
 				return conn.Subscribe(ctx, map[string]byte{"t/#": 1})
@@ -103,7 +104,7 @@ func TestOnConnectFailureDropsTheConnectionAndRetries(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
 		m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 		var attempts atomic.Int32
-		c, err := mqttclient.Start(config(m.URL()), mqttclient.Handlers{
+		c, err := embedded.StartClient(config(m.URL()), mqttclient.Handlers{
 			OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 				if attempts.Add(1) < 3 {
 					return context.DeadlineExceeded
@@ -137,7 +138,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 				}
 				var got []string
 				done := make(chan struct{})
-				c, err := mqttclient.Start(config(url), mqttclient.Handlers{
+				c, err := embedded.StartClient(config(url), mqttclient.Handlers{
 					OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 						return conn.Subscribe(ctx, map[string]byte{"order": 1})
 					},
@@ -175,7 +176,7 @@ func TestMessagesArriveInOrderOnTheHandler(t *testing.T) {
 
 func TestCloseIsBoundedWhileTheBrokerIsUnreachable(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
-		c, err := mqttclient.Start(config("tcp://127.0.0.1:1"), mqttclient.Handlers{}, mqttclient.Options{})
+		c, err := embedded.StartClient(config("tcp://127.0.0.1:1"), mqttclient.Handlers{}, mqttclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +196,7 @@ func TestCloseIsBoundedWhileTheBrokerStalls(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, config func(urls ...string) mqttclient.Config) {
 		m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 		proxy := harness.NewProxy(t, m.Addr())
-		c, err := mqttclient.Start(config(proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
+		c, err := embedded.StartClient(config(proxy.URL()), mqttclient.Handlers{}, mqttclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,5 +243,5 @@ func closeUnbounded(t *testing.T, c mqttclient.Transport, while string) {
 }
 
 func startClient(cfg mqttclient.Config) (mqttclient.Transport, error) {
-	return mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
+	return embedded.StartClient(cfg, mqttclient.Handlers{}, mqttclient.Options{})
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 )
 
 // Will is the last-will message the broker publishes if the connection dies
@@ -85,13 +84,11 @@ func (c Config) Validate() error {
 		}
 		switch u.Scheme {
 		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
-		case embedded.Scheme:
-			// An embedded broker that can never start (a listener beyond
-			// loopback without users, a bad parameter) stops the process at
-			// start instead of failing every connection attempt.
-			if _, err := embedded.ParseURL(raw); err != nil {
-				return fmt.Errorf("urls: %w", err)
-			}
+		case "embedded":
+			// A client starts no broker: embedded.StartClient starts it and
+			// hands the client its address (embedded.CheckConfig checks the
+			// URL with the rest of the config).
+			return fmt.Errorf("urls: %q names a broker this process starts: start the client with embedded.StartClient", raw)
 		default:
 			return fmt.Errorf("urls: %q has scheme %q; use tcp://, ssl://, ws://, wss:// or embedded://", raw, u.Scheme)
 		}

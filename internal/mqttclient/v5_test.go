@@ -16,6 +16,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -92,7 +93,7 @@ func startWith(t *testing.T, cfg mqttclient.Config, filters map[string]byte, b *
 	if filters != nil {
 		h.OnConnect = func(ctx context.Context, conn mqttclient.Conn) error { return conn.Subscribe(ctx, filters) }
 	}
-	c, err := mqttclient.Start(cfg, h, opts)
+	c, err := embedded.StartClient(cfg, h, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestV5SessionExpiresAfterItsInterval(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	got := newInbox()
-	c, err := mqttclient.Start(cfg, mqttclient.Handlers{OnMessage: got.add}, mqttclient.Options{ManualAck: true})
+	c, err := embedded.StartClient(cfg, mqttclient.Handlers{OnMessage: got.add}, mqttclient.Options{ManualAck: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +565,7 @@ func TestV5ServerDisconnectLosesTheConnAndIsLogged(t *testing.T) {
 	logs := &harness.LogBuffer{}
 	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	first := waitReady(t, startWith(t, v5config("v5-twin", "embedded://?dir="+dir), nil, nil, mqttclient.Options{Logger: log}))
-	c, err := mqttclient.Start(v5config("v5-twin", "embedded://?dir="+dir), mqttclient.Handlers{}, mqttclient.Options{})
+	c, err := embedded.StartClient(v5config("v5-twin", "embedded://?dir="+dir), mqttclient.Handlers{}, mqttclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +609,7 @@ func TestV5OnPubrelFollowsTheAckOfAQoS2Message(t *testing.T) {
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{})
 	got := newInbox()
 	rels := make(chan uint16, 10)
-	c, err := mqttclient.Start(v5config("v5-qos2", m.URL()), mqttclient.Handlers{
+	c, err := embedded.StartClient(v5config("v5-qos2", m.URL()), mqttclient.Handlers{
 		OnConnect: func(ctx context.Context, conn mqttclient.Conn) error {
 			return conn.Subscribe(ctx, map[string]byte{"q2": 2})
 		},
@@ -652,7 +653,7 @@ func BenchmarkPublishQoS1(b *testing.B) {
 			m := harness.StartMosquitto(b, harness.MosquittoOptions{})
 			cfg := config(m.URL())
 			cfg.ProtocolVersion = proto
-			c, err := mqttclient.Start(cfg, mqttclient.Handlers{}, mqttclient.Options{})
+			c, err := embedded.StartClient(cfg, mqttclient.Handlers{}, mqttclient.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -423,7 +423,7 @@ func (i *input) Connect(ctx context.Context) error {
 		return service.ErrEndOfInput
 	}
 	if i.client == nil {
-		client, err := mqttclient.Start(i.s.client, mqttclient.Handlers{
+		client, err := mqttconf.ClientStarter(i.log, true)(i.s.client, mqttclient.Handlers{
 			OnMessage: func(conn mqttclient.Conn, msg mqttmsg.Message) {
 				i.resumed.OnMessage(conn.Gen(), msg)
 				i.in.OnMessage(conn, msg)
@@ -436,7 +436,7 @@ func (i *input) Connect(ctx context.Context) error {
 				}
 				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
 			},
-		}, mqttconf.ClientOptions(i.log, true))
+		})
 		if err != nil {
 			i.mu.Unlock()
 			return err

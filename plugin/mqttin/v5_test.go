@@ -10,6 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
@@ -54,7 +55,7 @@ func TestReceiveMaximumIsTheReceiveBufferCapped(t *testing.T) {
 // transport the components use, and waits for its PUBACK.
 func publishV5(t *testing.T, url, topic string, payload []byte, props *mqttmsg.Properties) {
 	t.Helper()
-	tr, err := mqttclient.Start(mqttclient.Config{
+	tr, err := embedded.StartClient(mqttclient.Config{
 		URLs: []string{url}, ClientID: "v5-test-publisher", CleanSession: true, ProtocolVersion: mqttclient.V5,
 		KeepAlive: 30 * time.Second, ConnectTimeout: 5 * time.Second,
 		Reconnect: backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},

@@ -133,7 +133,7 @@ func (o *output) start() error {
 		retainedWarn := &benthoslog.Every{Interval: 10 * time.Second}
 		handlers = sender.AckHandlers(o.s.ackTopic, o.s.ackAuthKeys, o.acks, o.ignored, o.log, retainedWarn.Allow)
 	}
-	client, err := mqttclient.Start(cfg, handlers, mqttconf.ClientOptions(o.log, false))
+	client, err := mqttconf.ClientStarter(o.log, false)(cfg, handlers)
 	if err != nil {
 		return err
 	}

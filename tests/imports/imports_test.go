@@ -98,3 +98,13 @@ func TestInputLinksNoOutputEngine(t *testing.T) {
 		t.Errorf("bbolt reaches plugin/mqttin through %v, want only %v", via, want)
 	}
 }
+
+// A client starts no broker: embedded.StartClient starts the broker of an
+// embedded:// URL beside it, so the connection layer links no mochi.
+func TestClientLinksNoBroker(t *testing.T) {
+	for _, d := range deps(t, "internal/mqttclient") {
+		if d == module+"internal/embedded" || strings.HasPrefix(d, "github.com/mochi-mqtt/") {
+			t.Errorf("internal/mqttclient links %s: brokers are started beside the client (embedded.StartClient), not by it", d)
+		}
+	}
+}

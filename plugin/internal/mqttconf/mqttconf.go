@@ -17,6 +17,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 )
 
@@ -151,7 +152,7 @@ func ParseConfig(pc *service.ParsedConfig) (mqttclient.Config, error) {
 		}
 		c.Will = w
 	}
-	return c, c.Validate()
+	return c, embedded.CheckConfig(c)
 }
 
 // parseKeepAlive reads keepalive as a duration ("30s") or, as users of
@@ -184,13 +185,15 @@ func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, 
 	return v, nil
 }
 
-// ClientOptions are the mqttclient.Options of a component that logs
-// through log: the client's lines and those of the embedded brokers it
-// starts follow the component's logger (level and format of the config's
-// logger section).
-func ClientOptions(log *service.Logger, manualAck bool) mqttclient.Options {
-	if log == nil {
-		return mqttclient.Options{ManualAck: manualAck}
+// ClientStarter starts the client of a component that logs through log,
+// with the embedded brokers its URLs name beside it (embedded.StartClient):
+// the client's lines and the brokers' follow the component's logger (level
+// and format of the config's logger section).
+func ClientStarter(log *service.Logger, manualAck bool) mqttclient.Starter {
+	return func(cfg mqttclient.Config, h mqttclient.Handlers) (mqttclient.Transport, error) {
+		if log == nil {
+			return embedded.StartClient(cfg, h, mqttclient.Options{ManualAck: manualAck})
+		}
+		return embedded.StartClient(cfg, h, mqttclient.Options{ManualAck: manualAck, Logger: log}, embedded.WithLog(benthoslog.Handler(log)))
 	}
-	return mqttclient.Options{ManualAck: manualAck, Logger: log, BrokerLog: benthoslog.Handler(log)}
 }
