@@ -1,7 +1,7 @@
-// Package backoff is the one retry delay of the MQTT components: the
-// client's reconnects, the output's resends and the input's redeliveries
-// of a rejected message all wait Initial after the first failure, twice as
-// long after each further one, and never longer than Max.
+// Package backoff is the one retry delay: the MQTT client's reconnects, the
+// output's resends, the input's redeliveries of a rejected message and the
+// SQL ledger's reruns of a transaction all wait Initial after the first
+// failure, twice as long after each further one, and never longer than Max.
 package backoff
 
 import (

@@ -31,10 +31,11 @@ func (pc PoolConfig) Check(apply []string) error {
 		return errors.New("sql.startup_wait must not be negative")
 	case c.BusyTimeout < 0:
 		return errors.New("sql.busy_timeout must not be negative")
-	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:
-		return fmt.Errorf("sql.retry: initial_interval must be positive and at most max_interval (got %s and %s)", c.RetryInitial, c.RetryMax)
 	case c.MaxRetries < 0:
 		return fmt.Errorf("sql.retry.max_retries must not be negative, got %d", c.MaxRetries)
+	}
+	if err := c.backoff().Check("sql.retry"); err != nil {
+		return fmt.Errorf("%w (got %s and %s)", err, c.RetryInitial, c.RetryMax)
 	}
 	for i, q := range pc.Init {
 		if word, bad := TxControlIn(q); bad {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 )
 
 // retry runs fn in a transaction and commits, rerunning the whole
@@ -31,7 +33,7 @@ func (s *Store) retry(ctx context.Context, fn func(context.Context, *sql.Tx) err
 // takes hours. The abandoned attempt counts as unavailable and is retried;
 // if its COMMIT had landed, the ledger rows say so.
 func (s *Store) retryRun(ctx context.Context, run func(context.Context) error, attempts *int) error {
-	wait := s.cfg.RetryInitial
+	b := s.cfg.backoff()
 	conflicts := 0
 	for n := 1; ; n++ {
 		if attempts != nil {
@@ -65,7 +67,9 @@ func (s *Store) retryRun(ctx context.Context, run func(context.Context) error, a
 		if f := s.cfg.OnRetry; f != nil {
 			f(down)
 		}
-		// Full jitter: concurrent losers of the same conflict spread out.
+		// Jitter over the upper half: concurrent losers of the same conflict
+		// spread out.
+		wait := b.After(n)
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
@@ -73,8 +77,12 @@ func (s *Store) retryRun(ctx context.Context, run func(context.Context) error, a
 			return fmt.Errorf("%w (retrying after: %v)", ctx.Err(), err)
 		case <-t.C:
 		}
-		wait = min(2*wait, s.cfg.RetryMax)
 	}
+}
+
+// backoff is the delay between attempts of a transaction.
+func (c Config) backoff() backoff.Backoff {
+	return backoff.Backoff{Initial: c.RetryInitial, Max: c.RetryMax}
 }
 
 // noteDown logs, at most every downLogEvery, that transactions wait for a
