@@ -658,7 +658,8 @@ func TestOutboxExportSkipsAndNamesADamagedRecord(t *testing.T) {
 	if err := db.Update(func(tx *bolt.Tx) error {
 		var k [8]byte
 		k[7] = 4 // seq 4
-		return tx.Bucket([]byte("outbox/records")).Put(k[:], []byte{0x00, 0x01}) // version 0: no release wrote it
+		// version 0: no release wrote it (a newer version is not damage)
+		return tx.Bucket([]byte("outbox/records")).Put(k[:], []byte{0x00, 0x01})
 	}); err != nil {
 		t.Fatal(err)
 	}
