@@ -89,13 +89,32 @@ func hint(err error) error {
 	return err
 }
 
-// AckPayload is the end-to-end ACK of eventID: signed with authKey, or a
+// AckPayload is the end-to-end ACK of eventID (ReadAck reads it): signed with authKey, or a
 // plain reliomq v1 ACK when authKey is nil.
 func AckPayload(eventID string, authKey []byte) ([]byte, error) {
 	if authKey != nil {
 		return envelope.EncodeAuthAck(eventID, authKey)
 	}
 	return envelope.EncodeAck(eventID)
+}
+
+// ErrUnauthenticatedAck is ReadAck's error for an ACK whose auth is missing
+// or was made with none of the keys.
+var ErrUnauthenticatedAck = errors.New("its auth is missing or was not made with ack_auth_key")
+
+// ReadAck decodes an end-to-end ACK (AckPayload's) and returns the event ID
+// it names. With keys (nil: ACKs are not authenticated) its auth must be the
+// HMAC of that ID under one of them, or it fails with
+// ErrUnauthenticatedAck, the ID still returned for the message.
+func ReadAck(payload []byte, keys [][]byte) (string, error) {
+	ack, err := envelope.DecodeAuthAck(payload)
+	if err != nil {
+		return "", err
+	}
+	if keys != nil && !envelope.VerifyAck(ack, keys) {
+		return ack.EventID, ErrUnauthenticatedAck
+	}
+	return ack.EventID, nil
 }
 
 // CheckTopic refuses a destination topic no broker accepts for a PUBLISH.

@@ -2,11 +2,12 @@ package sender
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
@@ -47,14 +48,13 @@ func (a *AckQueue) Push(id string) bool {
 // with one of keys (when keys is not nil) or beyond the queue's bound is
 // ignored through ignored; any other is queued for matching.
 func (a *AckQueue) Receive(topic string, payload []byte, keys [][]byte, ignored *IgnoredACKs) {
-	ack, err := envelope.DecodeAuthAck(payload)
-	if err != nil {
-		ignored.Ignore(ReasonMalformed, fmt.Sprintf("on %q: %v", topic, err))
+	id, err := codec.ReadAck(payload, keys)
+	switch {
+	case errors.Is(err, codec.ErrUnauthenticatedAck):
+		ignored.Ignore(ReasonUnauthenticated, "for event "+id+": "+err.Error())
 		return
-	}
-	id := ack.EventID
-	if keys != nil && !envelope.VerifyAck(ack, keys) {
-		ignored.Ignore(ReasonUnauthenticated, "for event "+id+": its auth is missing or was not made with ack_auth_key")
+	case err != nil:
+		ignored.Ignore(ReasonMalformed, fmt.Sprintf("on %q: %v", topic, err))
 		return
 	}
 	if !a.Push(id) {
