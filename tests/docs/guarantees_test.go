@@ -18,7 +18,7 @@ var codeRef = regexp.MustCompile("`((?:cmd|plugin|internal)/[a-z0-9_/-]+\\.go): 
 // Sections of docs/guarantees.md that state no guarantee of their own: an
 // overview, a worked example, a list of tests.
 var noGuarantee = map[string]string{
-	"What the tests prove (real binary, Mosquitto, SQLite file / PostgreSQL)": "a list of the tests behind the section above",
+	"At a glance": "a table of the sections below and their tests",
 }
 
 // TestGuaranteesNameCodeThatExists: every guarantee section of
