@@ -50,7 +50,7 @@ func (l *Ledger) startClock() error {
 				return err
 			}
 		}
-		l.clock, l.floor = ledgerclock.New(l.opts.Clock, reading, 0), floor
+		l.clock, l.floor = ledgerclock.New(l.opts.Clock, reading), floor
 		return boltfile.PutUint64(meta, keyClock, uint64(reading))
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,28 +14,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
-// fakeClocks is a wall clock a test steps and a monotonic clock it
-// advances; the ledger must keep keys by the second only.
-type fakeClocks struct {
-	mu   sync.Mutex
-	wall time.Time
-	mono time.Duration
-}
-
-func (f *fakeClocks) source() ledgerclock.Source {
-	return ledgerclock.Source{
-		Wall: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.wall },
-		Mono: func() time.Duration { f.mu.Lock(); defer f.mu.Unlock(); return f.mono },
-	}
-}
-
-func (f *fakeClocks) step(to time.Time) { f.mu.Lock(); f.wall = to; f.mu.Unlock() }
-func (f *fakeClocks) pass(d time.Duration) {
-	f.mu.Lock()
-	f.wall, f.mono = f.wall.Add(d), f.mono+d
-	f.mu.Unlock()
-}
-
 var (
 	day2of1970 = time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC)
 	today      = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -44,9 +21,9 @@ var (
 
 // openClocked opens a ledger with retention 1h whose expirer does not run
 // by itself (the test runs it: expireDue).
-func openClocked(t *testing.T, path string, f *fakeClocks) *Ledger {
+func openClocked(t *testing.T, path string, f *ledgerclock.Fake) *Ledger {
 	t.Helper()
-	return openT(t, path, Options{Retention: time.Hour, ExpireInterval: 24 * time.Hour, Clock: f.source()})
+	return openT(t, path, Options{Retention: time.Hour, ExpireInterval: 24 * time.Hour, Clock: f.Source()})
 }
 
 func applyKeys(t *testing.T, l *Ledger, n int) {
@@ -88,12 +65,12 @@ func TestClockStepsNeverExpireKeysEarly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			f := &fakeClocks{wall: tc.start}
+			f := ledgerclock.NewFake(tc.start)
 			l := openClocked(t, path, f)
 			applyKeys(t, l, 50)
-			f.pass(10 * time.Minute)
+			f.Pass(10 * time.Minute)
 			if tc.duringRun {
-				f.step(tc.stepTo)
+				f.Step(tc.stepTo)
 				if n := expireRun(t, l); n != 50 {
 					t.Fatalf("after the step: %d keys left, want 50", n)
 				}
@@ -101,20 +78,20 @@ func TestClockStepsNeverExpireKeysEarly(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			f.step(tc.stepTo)
-			f.mono += 3 * time.Hour // the process was down; that time is not observed
+			f.Step(tc.stepTo)
+			f.Down(3 * time.Hour) // the process was down; that time is not observed
 			l = openClocked(t, path, f)
 			if n := expireRun(t, l); n != 50 {
 				t.Fatalf("reopened after the step: %d keys left, want 50", n)
 			}
-			f.pass(49 * time.Minute) // 59 min observed in all
+			f.Pass(49 * time.Minute) // 59 min observed in all
 			if n := expireRun(t, l); n != 50 {
 				t.Fatalf("59 min observed: %d keys left, want 50", n)
 			}
 			if _, v := claimT(t, l, claims.Key{Namespace: "clock", ID: "7"}, "p"); v != claims.Duplicate {
 				t.Fatalf("a copy at 59 min: %v, want duplicate", v)
 			}
-			f.pass(2 * time.Minute) // 61 min
+			f.Pass(2 * time.Minute) // 61 min
 			if n := expireRun(t, l); n != 0 {
 				t.Fatalf("61 min observed: %d keys left, want 0", n)
 			}
@@ -135,7 +112,7 @@ func TestKeysStampedByAnotherClockExpireAfterRetentionFromOpen(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			f := &fakeClocks{wall: today}
+			f := ledgerclock.NewFake(today)
 			l := openClocked(t, path, f)
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
@@ -145,11 +122,11 @@ func TestKeysStampedByAnotherClockExpireAfterRetentionFromOpen(t *testing.T) {
 			if n := expireRun(t, l); n != 20 {
 				t.Fatalf("at open: %d keys left, want 20", n)
 			}
-			f.pass(59 * time.Minute)
+			f.Pass(59 * time.Minute)
 			if n := expireRun(t, l); n != 20 {
 				t.Fatalf("59 min observed: %d keys left, want 20", n)
 			}
-			f.pass(2 * time.Minute)
+			f.Pass(2 * time.Minute)
 			if n := expireRun(t, l); n != 0 {
 				t.Fatalf("61 min observed: %d keys left, want 0", n)
 			}
@@ -199,7 +176,7 @@ func stampRaw(t *testing.T, path string, at time.Time, n int, dropClock bool) {
 // are kept for retention of observed time too.
 func TestStampsAheadOfTheStoredClockRestartIt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	f := &fakeClocks{wall: day2of1970}
+	f := ledgerclock.NewFake(day2of1970)
 	l := openClocked(t, path, f)
 	applyKeys(t, l, 5)
 	if err := l.Close(); err != nil {
@@ -207,11 +184,11 @@ func TestStampsAheadOfTheStoredClockRestartIt(t *testing.T) {
 	}
 	stampRaw(t, path, today, 5, false) // the old build ran with today's wall clock
 	l = openClocked(t, path, f)
-	f.pass(59 * time.Minute)
+	f.Pass(59 * time.Minute)
 	if n := expireRun(t, l); n != 10 {
 		t.Fatalf("59 min observed: %d keys left, want 10", n)
 	}
-	f.pass(2 * time.Minute)
+	f.Pass(2 * time.Minute)
 	if n := expireRun(t, l); n != 0 {
 		t.Fatalf("61 min observed: %d keys left, want 0", n)
 	}
@@ -221,9 +198,9 @@ func TestStampsAheadOfTheStoredClockRestartIt(t *testing.T) {
 // without Close restarts its clock after every key it wrote.
 func TestStoredClockIsAtLeastEveryStamp(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	f := &fakeClocks{wall: today}
+	f := ledgerclock.NewFake(today)
 	l := openClocked(t, path, f)
-	f.pass(time.Minute)
+	f.Pass(time.Minute)
 	applyKeys(t, l, 3)
 	_, _, at, err := l.Lookup(claims.Key{Namespace: "clock", ID: "2"})
 	if err != nil {

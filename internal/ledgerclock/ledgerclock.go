@@ -43,46 +43,45 @@ func (s Source) OrSystem() Source {
 // concurrent use.
 type Clock struct {
 	src Source
-	// maxStep, if positive, caps the monotonic time counted since the last
-	// Set (see New).
-	maxStep time.Duration
 
 	mu   sync.Mutex
 	base int64         // ledger time at mono
 	mono time.Duration // src.Mono() when base was set
 }
 
-// New starts a clock at reading base. With maxStep > 0, no more than
-// maxStep of monotonic time is counted beyond the last Set: a clock shared
-// by several processes (sqlledger) is set from the shared reading at
-// least that often, and a process that could not reach it for longer
-// counts less time, never more.
-func New(src Source, base int64, maxStep time.Duration) *Clock {
+// New starts a clock at reading base.
+func New(src Source, base int64) *Clock {
 	src = src.OrSystem()
-	return &Clock{src: src, maxStep: maxStep, base: base, mono: src.Mono()}
+	return &Clock{src: src, base: base, mono: src.Mono()}
 }
 
 // Now returns the ledger time.
-func (c *Clock) Now() int64 {
+func (c *Clock) Now() int64 { return c.NowWithin(0) }
+
+// NowWithin is Now counting at most maxStep (if positive) of monotonic
+// time since the last Set. A clock shared by several processes
+// (sqlledger) is set from the shared reading every few seconds; one that
+// could not reach it for longer counts less time, never more, so that no
+// single advance of the shared reading jumps by more than maxStep.
+func (c *Clock) NowWithin(maxStep time.Duration) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := c.src.Mono() - c.mono
 	if d < 0 {
 		d = 0 // a monotonic clock does not go back; a test's might
 	}
-	if c.maxStep > 0 && d > c.maxStep {
-		d = c.maxStep
+	if maxStep > 0 && d > maxStep {
+		d = maxStep
 	}
 	return c.base + int64(d)
 }
 
-// Set makes v the reading now, if it is later than Now: a clock never
-// goes back.
+// Set makes v the reading now: the shared reading a process just stored
+// its own into (the later of the two).
 func (c *Clock) Set(v int64) {
-	now := c.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.base, c.mono = max(v, now), c.src.Mono()
+	c.base, c.mono = v, c.src.Mono()
 }
 
 // Start is the first reading of a ledger that stored none: the wall clock,
@@ -91,3 +90,35 @@ func (c *Clock) Set(v int64) {
 func Start(src Source, newest int64) int64 {
 	return max(src.OrSystem().Wall().UnixNano(), newest)
 }
+
+// Fake is a wall clock a test steps and a monotonic clock it advances.
+type Fake struct {
+	mu   sync.Mutex
+	wall time.Time
+	mono time.Duration
+}
+
+// NewFake returns a Fake whose wall clock reads wall.
+func NewFake(wall time.Time) *Fake { return &Fake{wall: wall} }
+
+// Source reads f.
+func (f *Fake) Source() Source {
+	return Source{
+		Wall: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.wall },
+		Mono: func() time.Duration { f.mu.Lock(); defer f.mu.Unlock(); return f.mono },
+	}
+}
+
+// Step sets the wall clock to to; the monotonic clock does not move.
+func (f *Fake) Step(to time.Time) { f.mu.Lock(); f.wall = to; f.mu.Unlock() }
+
+// Pass lets d pass: both clocks move.
+func (f *Fake) Pass(d time.Duration) {
+	f.mu.Lock()
+	f.wall, f.mono = f.wall.Add(d), f.mono+d
+	f.mu.Unlock()
+}
+
+// Down lets d pass while no process runs: a new process's monotonic clock
+// starts elsewhere, and the wall clock moves.
+func (f *Fake) Down(d time.Duration) { f.Pass(d) }

@@ -33,8 +33,10 @@ type dialect struct {
 	lookupSQL string
 	countSQL  string
 	expireSQL string
-	timeArg   func(time.Time) any
-	retryable func(error) bool
+	// The ledger clock's row (clock.go); %s = quoted clock table.
+	clockCreateSQL, clockInitSQL, clockAdvanceSQL, clockRestartSQL string
+	timeArg                                                        func(time.Time) any
+	retryable                                                      func(error) bool
 	// unavailable: the server went away or is not (yet) a read-write
 	// primary; the same work may succeed on a later connection.
 	unavailable func(error) bool
@@ -47,8 +49,10 @@ type dialect struct {
 // dialects.
 const (
 	// %[1]s = quoted index name, %[2]s = quoted table. Expire needs it.
-	commonIndex  = `CREATE INDEX IF NOT EXISTS %[1]s ON %[2]s ("applied_at")`
-	commonInsert = `INSERT INTO %s ("namespace", "key", "hash", "applied_at") VALUES (%s, %s, %s, %s) ON CONFLICT ("namespace", "key") DO NOTHING`
+	commonIndex = `CREATE INDEX IF NOT EXISTS %[1]s ON %[2]s ("applied_at")`
+	// applied_at is the ledger clock's reading (clock.go): %[1]s = quoted
+	// table, %[2]s = quoted clock table.
+	commonInsert = `INSERT INTO %%[1]s ("namespace", "key", "hash", "applied_at") VALUES (%s, %s, %s, (SELECT "reading" FROM %%[2]s WHERE "id" = 1)) ON CONFLICT ("namespace", "key") DO NOTHING`
 	commonLookup = `SELECT "hash" FROM %s WHERE "namespace" = %s AND "key" = %s`
 	commonCount  = `SELECT COUNT(*) FROM %s`
 	// Oldest first, at most limit rows, so one call never holds locks on
@@ -69,15 +73,23 @@ var dialects = map[Driver]*dialect{
 	"applied_at" INTEGER NOT NULL,
 	PRIMARY KEY ("namespace", "key")
 )`,
-		insertSQL:   fmt.Sprintf(commonInsert, "%s", "?", "?", "?", "?"),
-		lookupSQL:   fmt.Sprintf(commonLookup, "%s", "?", "?"),
-		countSQL:    commonCount,
-		expireSQL:   strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
-		timeArg:     func(t time.Time) any { return t.UnixMicro() },
-		retryable:   sqliteRetryable,
-		unavailable: func(error) bool { return false }, // a local file
-		open:        func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
-		prepareDSN:  sqliteDSN,
+		insertSQL: fmt.Sprintf(commonInsert, "?", "?", "?"),
+		lookupSQL: fmt.Sprintf(commonLookup, "%s", "?", "?"),
+		countSQL:  commonCount,
+		expireSQL: strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
+		timeArg:   func(t time.Time) any { return t.UnixMicro() },
+		clockCreateSQL: `CREATE TABLE IF NOT EXISTS %s (
+	"id"      INTEGER PRIMARY KEY CHECK ("id" = 1),
+	"reading" INTEGER NOT NULL,
+	"floor"   INTEGER NOT NULL
+)`,
+		clockInitSQL:    `INSERT INTO %s ("id", "reading", "floor") VALUES (1, ?1, ?1) ON CONFLICT ("id") DO NOTHING`,
+		clockAdvanceSQL: `UPDATE %s SET "reading" = MAX("reading", ?1) WHERE "id" = 1`,
+		clockRestartSQL: `UPDATE %s SET "reading" = ?1, "floor" = ?1 WHERE "id" = 1 AND "reading" < ?1`,
+		retryable:       sqliteRetryable,
+		unavailable:     func(error) bool { return false }, // a local file
+		open:            func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
+		prepareDSN:      sqliteDSN,
 	},
 	Postgres: {
 		driver:    Postgres,
@@ -89,15 +101,23 @@ var dialects = map[Driver]*dialect{
 	"applied_at" TIMESTAMPTZ NOT NULL,
 	PRIMARY KEY ("namespace", "key")
 )`,
-		insertSQL:   fmt.Sprintf(commonInsert, "%s", "$1", "$2", "$3", "$4"),
-		lookupSQL:   fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
-		countSQL:    commonCount,
-		expireSQL:   strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
-		timeArg:     func(t time.Time) any { return t.UTC() },
-		retryable:   postgresRetryable,
-		unavailable: postgresUnavailable,
-		open:        openPostgres,
-		prepareDSN:  func(dsn string, _ Config) (string, error) { return dsn, nil },
+		insertSQL: fmt.Sprintf(commonInsert, "$1", "$2", "$3"),
+		lookupSQL: fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
+		countSQL:  commonCount,
+		expireSQL: strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
+		timeArg:   func(t time.Time) any { return t.UTC() },
+		clockCreateSQL: `CREATE TABLE IF NOT EXISTS %s (
+	"id"      INTEGER     PRIMARY KEY CHECK ("id" = 1),
+	"reading" TIMESTAMPTZ NOT NULL,
+	"floor"   TIMESTAMPTZ NOT NULL
+)`,
+		clockInitSQL:    `INSERT INTO %s ("id", "reading", "floor") VALUES (1, $1, $1) ON CONFLICT ("id") DO NOTHING`,
+		clockAdvanceSQL: `UPDATE %s SET "reading" = GREATEST("reading", $1) WHERE "id" = 1`,
+		clockRestartSQL: `UPDATE %s SET "reading" = $1, "floor" = $1 WHERE "id" = 1 AND "reading" < $1`,
+		retryable:       postgresRetryable,
+		unavailable:     postgresUnavailable,
+		open:            openPostgres,
+		prepareDSN:      func(dsn string, _ Config) (string, error) { return dsn, nil },
 	},
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,15 +31,17 @@ import (
 // pay three). No savepoints (see ApplyBatch): when a statement fails, the
 // transaction is rolled back and run again without that message.
 
-// pgInsertMany inserts the keys of a group; %s = quoted table.
-const pgInsertMany = `INSERT INTO %s ("namespace", "key", "hash", "applied_at")
-SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])
+// pgInsertMany inserts the keys of a group, stamped with the ledger
+// clock's reading (clock.go); %[1]s = quoted table, %[2]s = quoted clock
+// table.
+const pgInsertMany = `INSERT INTO %[1]s ("namespace", "key", "hash", "applied_at")
+SELECT u.*, (SELECT "reading" FROM %[2]s WHERE "id" = 1) FROM unnest($1::text[], $2::text[], $3::bytea[]) AS u
 ON CONFLICT ("namespace", "key") DO NOTHING RETURNING "namespace", "key"`
 
 // pgInsertNew inserts the keys of a group that are all expected to be new;
-// one that is present fails it. %s = quoted table.
-const pgInsertNew = `INSERT INTO %s ("namespace", "key", "hash", "applied_at")
-SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])`
+// one that is present fails it. As pgInsertMany.
+const pgInsertNew = `INSERT INTO %[1]s ("namespace", "key", "hash", "applied_at")
+SELECT u.*, (SELECT "reading" FROM %[2]s WHERE "id" = 1) FROM unnest($1::text[], $2::text[], $3::bytea[]) AS u`
 
 // pgLookupMany reads the hashes of keys; %s = quoted table.
 const pgLookupMany = `SELECT t."namespace", t."key", t."hash" FROM %s t
@@ -114,14 +115,13 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 			}
 		}
 	}
-	now := s.now().UTC()
 	nss, ids := make([]string, len(applied)), make([]string, len(applied))
-	hashes, ats := make([][]byte, len(applied)), make([]time.Time, len(applied))
+	hashes := make([][]byte, len(applied))
 	for j, i := range applied {
-		nss[j], ids[j], hashes[j], ats[j] = entries[i].Key.Namespace, entries[i].Key.ID, entries[i].Hash, now
+		nss[j], ids[j], hashes[j] = entries[i].Key.Namespace, entries[i].Key.ID, entries[i].Hash
 	}
 	if !s.pgKeysSeen.Load() {
-		bad, err := s.pgTxNew(ctx, c, entries, applied, out, nss, ids, hashes, ats)
+		bad, err := s.pgTxNew(ctx, c, entries, applied, out, nss, ids, hashes)
 		if !errors.Is(err, errKeyPresent) {
 			return bad, err
 		}
@@ -129,7 +129,7 @@ func (s *Store) pgTx(ctx context.Context, c *pgx.Conn, entries []Entry, applied 
 	}
 	var b1 pgx.Batch
 	b1.Queue("BEGIN")
-	b1.Queue(s.pgInsertSQL, nss, ids, hashes, ats)
+	b1.Queue(s.pgInsertSQL, nss, ids, hashes)
 	inserted := map[claims.Key]bool{}
 	err := func() error {
 		br := c.SendBatch(ctx, &b1)
@@ -227,14 +227,14 @@ var errKeyPresent = errors.New("a key of the group is present")
 // pgTxNew is pgTx in one round trip, for a group whose keys are all new
 // (see the top of this file). It returns errKeyPresent, after rolling
 // back, when one is not; otherwise what pgTx returns.
-func (s *Store) pgTxNew(ctx context.Context, c *pgx.Conn, entries []Entry, applied []int, out []Outcome, nss, ids []string, hashes [][]byte, ats []time.Time) (*stmtFailure, error) {
+func (s *Store) pgTxNew(ctx context.Context, c *pgx.Conn, entries []Entry, applied []int, out []Outcome, nss, ids []string, hashes [][]byte) (*stmtFailure, error) {
 	n := 3 // BEGIN, INSERT, COMMIT
 	for _, i := range applied {
 		n += len(entries[i].Stmts)
 	}
 	b := pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
 	b.Queue("BEGIN")
-	b.Queue(s.pgInsertNewSQL, nss, ids, hashes, ats)
+	b.Queue(s.pgInsertNewSQL, nss, ids, hashes)
 	for _, i := range applied {
 		out[i] = Outcome{Result: Result{Inserted: true}}
 		for _, st := range entries[i].Stmts {

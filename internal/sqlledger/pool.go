@@ -14,6 +14,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/groupcommit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
@@ -82,7 +83,7 @@ func OpenPool(ctx context.Context, pc PoolConfig) (*Pool, error) {
 	// The first processor's pool, batching, retention and init statements
 	// serve them all, so a second one must not expect others.
 	c := pc.Config
-	c.Logf, c.OnRetry, c.OnAvailable = nil, nil, nil // a function prints as its address
+	c.Logf, c.OnRetry, c.OnAvailable, c.Clock = nil, nil, nil, ledgerclock.Source{} // a function prints as its address
 	settings := fmt.Sprintf("%+v|%d|%s|%q", c, pc.MaxBatch, pc.Retention, pc.Init)
 	join := func(sh *Pool) error {
 		if sh.settings != settings {
@@ -109,10 +110,8 @@ func openPool(ctx context.Context, id, settings string, pc PoolConfig) (*Pool, e
 		sh.workers.Add(1)
 		go sh.work()
 	}
-	if pc.Retention > 0 {
-		sh.workers.Add(1)
-		go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
-	}
+	sh.workers.Add(1)
+	go sh.expireLoop(pc.Retention, pc.OnKeys, pc.Logf)
 	return sh, nil
 }
 
@@ -318,20 +317,31 @@ func (sh *Pool) run(batch []*Request) {
 	}
 }
 
-// expireLoop deletes rows older than retention now and then, in small
-// batches, and reports the row count.
-func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf func(string, ...any)) {
+// expireLoop advances the table's ledger clock (clock.go) now and then
+// and, with a retention, deletes the rows past it in small batches and
+// reports the row count.
+func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), log func(string, ...any)) {
 	defer sh.workers.Done()
-	every := min(max(retention/4, time.Second), time.Minute)
+	every := time.Minute
+	if retention > 0 {
+		every = min(max(retention/4, time.Second), time.Minute)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		cutoff := time.Now().Add(-retention)
+		// Twice the tick: a late tick still counts all its time.
+		cutoff, due, err := sh.store.ExpireDue(sh.ctx, retention, 2*every)
+		if err != nil && sh.ctx.Err() == nil {
+			logf(log, "dedup_ledger: %v", err)
+		}
 		for range 64 { // bounded per round; the next tick continues
+			if !due || retention <= 0 {
+				break
+			}
 			n, err := sh.store.Expire(sh.ctx, cutoff, DefaultExpireLimit)
 			if err != nil {
 				if sh.ctx.Err() == nil {
-					logf("dedup_ledger: expiring old keys: %v", err)
+					logf(log, "dedup_ledger: expiring old keys: %v", err)
 				}
 				break
 			}
@@ -339,8 +349,10 @@ func (sh *Pool) expireLoop(retention time.Duration, onKeys func(int64), logf fun
 				break
 			}
 		}
-		if n, err := sh.store.Count(sh.ctx); err == nil {
-			onKeys(n)
+		if onKeys != nil && retention > 0 {
+			if n, err := sh.store.Count(sh.ctx); err == nil {
+				onKeys(n)
+			}
 		}
 		select {
 		case <-sh.ctx.Done():

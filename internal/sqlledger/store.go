@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
 // Driver names the database: SQLite or Postgres.
@@ -92,6 +93,9 @@ type Config struct {
 	// OnAvailable, if set, is told when transactions start waiting for a
 	// read-write server (false) and when one answers again (true).
 	OnAvailable func(bool)
+	// Clock is where the ledger clock reads time (clock.go); the zero
+	// value is the system's. For tests.
+	Clock ledgerclock.Source
 }
 
 // Exec is one caller statement run inside the ledger transaction, with
@@ -121,9 +125,10 @@ type Store struct {
 	cfg   Config
 	table string // quoted
 
-	// now is the clock for applied_at; tests replace it.
-	now   func() time.Time
 	where string // the driver and the redacted DSN, for messages
+
+	clockTable string             // quoted; the ledger clock's row (clock.go)
+	clock      *ledgerclock.Clock // this process's reading; nil when opened to inspect
 
 	waiting     atomic.Bool  // a transaction is waiting for the server
 	lastDownLog atomic.Int64 // UnixNano of the last such log line
@@ -169,8 +174,8 @@ func (c *Config) setDefaults() {
 }
 
 // Open connects, checks that the database answers, and creates the ledger
-// table and its applied_at index if missing. An existing table must have
-// the ledger's columns.
+// table, its applied_at index and its clock's table if missing, and starts
+// the clock (clock.go). An existing table must have the ledger's columns.
 func Open(ctx context.Context, c Config) (*Store, error) { return connect(ctx, c, true) }
 
 // connect connects; with create it creates the table and index if missing,
@@ -198,13 +203,13 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
 
-	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), now: time.Now, where: where}
-	s.insertSQL = fmt.Sprintf(d.insertSQL, s.table)
+	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), clockTable: quoteIdent(c.Table + "_clock"), where: where}
+	s.insertSQL = fmt.Sprintf(d.insertSQL, s.table, s.clockTable)
 	s.lookupSQL = fmt.Sprintf(d.lookupSQL, s.table)
 	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
 	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
-	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table)
-	s.pgInsertNewSQL = fmt.Sprintf(pgInsertNew, s.table)
+	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table, s.clockTable)
+	s.pgInsertNewSQL = fmt.Sprintf(pgInsertNew, s.table, s.clockTable)
 	s.pgLookupSQL = fmt.Sprintf(pgLookupMany, s.table)
 
 	cctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
@@ -254,7 +259,10 @@ func (s *Store) createSchema(ctx context.Context) error {
 	if err := create(fmt.Sprintf(commonIndex, quoteIdent(s.cfg.Table+"_applied_at"), s.table)); err != nil {
 		return fmt.Errorf("create index on %s(applied_at): %w", s.cfg.Table, err)
 	}
-	return nil
+	if err := create(fmt.Sprintf(s.d.clockCreateSQL, s.clockTable)); err != nil {
+		return fmt.Errorf("create the ledger clock's table %s_clock: %w", s.cfg.Table, err)
+	}
+	return s.startClock(ctx)
 }
 
 // checkColumns makes sure a table that already existed is a ledger table.
@@ -360,7 +368,7 @@ func runStmts(ctx context.Context, tx *sql.Tx, stmts []Exec) error {
 // transaction and then skips (or inserts, if that one rolled back); SQLite
 // serializes writers outright.
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, k claims.Key, hash []byte) (bool, error) {
-	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.ID, hash, s.d.timeArg(s.now()))
+	r, err := tx.ExecContext(ctx, s.insertSQL, k.Namespace, k.ID, hash)
 	if err != nil {
 		return false, fmt.Errorf("insert ledger row: %w", err)
 	}

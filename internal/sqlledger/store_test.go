@@ -60,6 +60,9 @@ func TestStore(t *testing.T) {
 		{"ExistingTableWithWrongColumnsIsRejected", testWrongColumnsRejected},
 		{"ApplyBatchIsolatesFailingMessage", testApplyBatchIsolatesFailingMessage},
 		{"ApplyBatchIsolatesStatementsFailingAtRunTime", testApplyBatchIsolatesRunTimeFailures},
+		{"ClockStepsNeverExpireRowsEarly", testClockStepsNeverExpireRowsEarly},
+		{"SharedClockRunsAtTheRateOfTime", testSharedClockRunsAtTheRateOfTime},
+		{"RowsStampedByAnotherClockExpireAfterRetentionFromOpen", testRowsStampedByAnotherClockExpireAfterRetentionFromOpen},
 	}
 	for _, bh := range behaviours {
 		t.Run(bh.name, func(t *testing.T) {
@@ -336,7 +339,7 @@ func testExpireRemovesOldestInBoundedBatches(t *testing.T, b backend) {
 	s := newStore(t, b, nil)
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 25 {
-		s.now = func() time.Time { return t0.Add(time.Duration(i) * time.Second) }
+		setReading(t, s, t0.Add(time.Duration(i)*time.Second))
 		if _, err := s.Apply(ctx, claims.Key{Namespace: "n", ID: fmt.Sprint(i)}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
