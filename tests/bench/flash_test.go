@@ -1,0 +1,379 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
+)
+
+// BenchmarkFlash reports the bytes a block device was asked to write per
+// reading (sectors written, from /sys/block/$FLASH_DEV/stat, after a sync)
+// while one workload handles FLASH_N readings (default 1000) at 100 a
+// second, with every file it keeps under $FLASH_DIR, a filesystem on that
+// device. tests/bench/flash.sh sets up a loop-mounted ext4 and runs it;
+// without FLASH_DIR it is skipped. Every workload checks that every reading
+// arrived. Brokers and subscribers outside the gateway keep their files off
+// the device.
+//
+//	reference        130 bytes appended + fdatasync per reading, into a
+//	                 preallocated (fallocate) file: the floor
+//	outbox           generate → reliable_mqtt_out (confirm: broker) → mosquitto
+//	outbox_delay10ms the same with outbox.commit_delay: 10ms
+//	outbox_delay50ms the same with outbox.commit_delay: 50ms
+//	ledger           mosquitto → reliable_mqtt_in → dedup_ledger (bbolt) → drop
+//	store            a client publishing QoS 1 → embedded:// broker → a
+//	                 persistent session (reliable_mqtt_in) → drop
+//	chain            the quickstart's gateway: config/publisher.yaml and
+//	                 config/bridge.yaml in one process (outbox + edge
+//	                 embedded:// broker + bridge), the cloud broker and the
+//	                 consumer's ACKs off the device
+func BenchmarkFlash(b *testing.B) {
+	dir, dev := os.Getenv("FLASH_DIR"), os.Getenv("FLASH_DEV")
+	if dir == "" || dev == "" {
+		b.Skip("FLASH_DIR and FLASH_DEV unset: run tests/bench/flash.sh")
+	}
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("FLASH_N")); err == nil && v > 0 {
+		n = v
+	}
+	only := os.Getenv("FLASH_ONLY") // a comma-separated subset, for a quick look
+	for _, w := range []struct {
+		name string
+		run  func(b *testing.B, dir string, n int)
+	}{
+		{"reference", flashReference},
+		{"outbox", func(b *testing.B, dir string, n int) { flashOutbox(b, dir, n, "") }},
+		{"outbox_delay10ms", func(b *testing.B, dir string, n int) { flashOutbox(b, dir, n, "10ms") }},
+		{"outbox_delay50ms", func(b *testing.B, dir string, n int) { flashOutbox(b, dir, n, "50ms") }},
+		{"ledger", flashLedger},
+		{"store", flashStore},
+		{"chain", flashChain},
+	} {
+		if only != "" && !strings.Contains(","+only+",", ","+w.name+",") {
+			continue
+		}
+		b.Run(w.name, func(b *testing.B) {
+			wd := filepath.Join(dir, w.name)
+			if err := os.MkdirAll(wd, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(wd)
+			before := sectorsWritten(b, dev)
+			w.run(b, wd, n)
+			after := sectorsWritten(b, dev)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(after-before)*512/float64(n), "devB/reading")
+		})
+	}
+}
+
+// sectorsWritten syncs every filesystem, then reads the device's count of
+// 512-byte sectors written (the seventh field of its stat file), which
+// includes the journal that /proc/PID/io does not see.
+func sectorsWritten(b *testing.B, dev string) uint64 {
+	syscall.Sync()
+	raw, err := os.ReadFile(filepath.Join("/sys/block", dev, "stat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 7 {
+		b.Fatalf("/sys/block/%s/stat: %q", dev, raw)
+	}
+	v, err := strconv.ParseUint(f[6], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+// paced calls f(i) for i in 0..n-1, one every 10 ms (100 a second) on a
+// ticker, so a slow call does not shift the ones after it.
+func paced(n int, f func(i int) error) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for i := range n {
+		if err := f(i); err != nil {
+			return err
+		}
+		<-t.C
+	}
+	return nil
+}
+
+func flashReference(b *testing.B, dir string, n int) {
+	const rec = 130
+	f, err := os.OpenFile(filepath.Join(dir, "reference"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(n*rec)); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	buf := bytes.Repeat([]byte("r"), rec)
+	err = paced(n, func(i int) error {
+		if _, err := f.WriteAt(buf, int64(i*rec)); err != nil {
+			return err
+		}
+		return syscall.Fdatasync(int(f.Fd()))
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// flashPublisher: generate → reliable_mqtt_out with confirm: broker, a
+// reading of ~120 bytes every 10 ms.
+const flashPublisher = `
+http:
+  address: 127.0.0.1:%[1]d
+metrics:
+  prometheus: {}
+input:
+  generate:
+    interval: 10ms
+    mapping: |
+      let seq = counter()
+      root = if $seq > %[2]d { deleted() } else { {"seq": $seq, "machine": "press-1", "temperature": 21.5, "pad": "%[5]s"} }
+pipeline:
+  threads: 1
+output:
+  reliable_mqtt_out:
+    urls: [ "%[3]s" ]
+    topic: flash/readings
+    max_in_flight: 1
+    outbox:
+      path: %[4]s/outbox.db%[6]s
+`
+
+func flashOutbox(b *testing.B, dir string, n int, delay string) {
+	m := broker(b)
+	sub := harness.Subscribe(b, m.URL(), "flash-sub", true, "flash/readings")
+	port := harness.FreePort(b)
+	extra := "" // the default, as a user leaves it
+	if delay != "" {
+		extra = "\n      commit_delay: " + delay
+	}
+	p := harness.RunPipeline(b, fmt.Sprintf(flashPublisher, port, n, m.URL(), dir, strings.Repeat("x", 50), extra), harness.ProcOptions{})
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	if !waitCounter(url, "reliable_mqtt_out_confirmed", n, 5*time.Minute, func() {}) {
+		b.Fatalf("%d readings not confirmed within 5 minutes:\n%s", n, p.Log())
+	}
+	if !sub.WaitCount(n, time.Minute) {
+		b.Fatalf("the subscriber got %d of %d readings", sub.Count(), n)
+	}
+	if got := distinctSeqs(sub.Messages()); got != n {
+		b.Fatalf("the subscriber got %d distinct readings of %d", got, n)
+	}
+	stopFlash(b, p)
+}
+
+// distinctSeqs counts the distinct "seq" fields among JSON payloads.
+func distinctSeqs(msgs []harness.Received) int {
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if i := bytes.Index(m.Payload, []byte(`"seq":`)); i >= 0 {
+			rest := m.Payload[i+6:]
+			if j := bytes.IndexAny(rest, ",}"); j > 0 {
+				seen[string(rest[:j])] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+// stopFlash stops a gateway process gracefully (what it commits at close
+// counts too).
+func stopFlash(b *testing.B, p *harness.Proc) {
+	if err := p.Stop(30 * time.Second); err != nil {
+		b.Fatalf("stopping %s: %v", p, err)
+	}
+}
+
+// flashLedger: a persistent session into a bbolt dedup_ledger (keys
+// committed when the pipeline acknowledges), then drop.
+const flashLedgerConfig = `
+http:
+  address: 127.0.0.1:%[1]d
+metrics:
+  prometheus: {}
+input:
+  reliable_mqtt_in:
+    urls: [ "%[2]s" ]
+    client_id: flash-ledger
+    topics: [ flash/ledger ]
+    qos: 1
+pipeline:
+  processors:
+    - dedup_ledger:
+        path: %[3]s/ledger.db
+        key: ${! json("seq") }
+output:
+  drop: {}
+`
+
+func flashLedger(b *testing.B, dir string, n int) {
+	m := broker(b)
+	port := harness.FreePort(b)
+	p := harness.RunPipeline(b, fmt.Sprintf(flashLedgerConfig, port, m.URL(), dir), harness.ProcOptions{})
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	if !waitMetric(url, 30*time.Second) {
+		b.Fatalf("the ledger pipeline did not start:\n%s", p.Log())
+	}
+	publishPaced(b, m.URL(), "flash/ledger", n, 1)
+	if !waitCounter(url, "dedup_ledger_commits", n, 5*time.Minute, func() {}) {
+		b.Fatalf("%d keys not committed within 5 minutes:\n%s", n, p.Log())
+	}
+	stopFlash(b, p)
+}
+
+// flashStoreConfig: a persistent session on the embedded broker, whose
+// store is under the device; the readings come from a client of its
+// listener.
+const flashStoreConfig = `
+http:
+  address: 127.0.0.1:%[1]d
+metrics:
+  prometheus: {}
+input:
+  reliable_mqtt_in:
+    urls: [ "embedded://?dir=%[2]s/edge&listen=%[3]s" ]
+    client_id: flash-store
+    topics: [ flash/store ]
+    qos: 1
+output:
+  drop: {}
+`
+
+func flashStore(b *testing.B, dir string, n int) {
+	listen := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(b))
+	port := harness.FreePort(b)
+	p := harness.RunPipeline(b, fmt.Sprintf(flashStoreConfig, port, dir, listen), harness.ProcOptions{})
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	if !waitMetric(url, 30*time.Second) {
+		b.Fatalf("the store pipeline did not start:\n%s", p.Log())
+	}
+	publishPaced(b, "tcp://"+listen, "flash/store", n, 1)
+	if !waitCounter(url, "reliable_mqtt_in_received", n, 5*time.Minute, func() {}) {
+		b.Fatalf("%d readings not received within 5 minutes:\n%s", n, p.Log())
+	}
+	stopFlash(b, p)
+}
+
+// waitMetric waits until url serves metrics.
+func waitMetric(url string, timeout time.Duration) bool {
+	return harness.Poll(timeout, func() bool {
+		_, err := harness.ScrapeMetrics(url)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err == nil
+	})
+}
+
+// publishPaced publishes n JSON readings with a "seq" at QoS qos, 100 a
+// second, on one connection, each waiting for its PUBACK.
+func publishPaced(b *testing.B, url, topic string, n int, qos byte) {
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID("flash-pub").SetCleanSession(true))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		b.Fatalf("connect %s: %v", url, tok.Error())
+	}
+	defer c.Disconnect(250)
+	pad := strings.Repeat("x", 50)
+	err := paced(n, func(i int) error {
+		tok := c.Publish(topic, qos, false, fmt.Sprintf(`{"seq":%d,"machine":"press-1","temperature":21.5,"pad":"%s"}`, i+1, pad))
+		if !tok.WaitTimeout(30 * time.Second) {
+			return fmt.Errorf("reading %d: no PUBACK within 30 s", i+1)
+		}
+		return tok.Error()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// flashChain runs the quickstart's publisher and bridge in one process as
+// a gateway does: the publisher's outbox and the edge broker's store on
+// the device, the bridge forwarding to a cloud broker off it, where a
+// consumer ACKs each reading end to end.
+func flashChain(b *testing.B, dir string, n int) {
+	cloud := broker(b)
+	acker := harness.StartAcker(b, cloud.URL(), "reliable/deliveries", "reliable/consumer-acks", nil)
+	root := harness.ModuleRoot(b)
+	cmd := exec.Command(harness.Binary(b), "streams", "--no-api",
+		"-o", filepath.Join(root, "resources", "quickstart-root.yaml"),
+		filepath.Join(root, "config", "publisher.yaml"),
+		filepath.Join(root, "config", "bridge.yaml"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PUBLISH_INTERVAL=10ms", fmt.Sprintf("PUBLISH_COUNT=%d", n),
+		"DATA_DIR="+dir, "EDGE_BROKER=embedded://?dir="+dir+"/edge", "SOURCE_BROKER=embedded://?dir="+dir+"/edge",
+		"DEST_BROKER="+cloud.URL(), "STATS_INTERVAL=1s")
+	logs := &harness.LogBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	distinct := func() int {
+		seen := map[string]bool{}
+		for _, in := range acker.Seen() {
+			seen[in.EventID] = true
+		}
+		return len(seen)
+	}
+	if !harness.Poll(5*time.Minute, func() bool { time.Sleep(100 * time.Millisecond); return distinct() >= n }) {
+		b.Fatalf("the consumer got %d of %d readings:\n%s", distinct(), n, harness.TailLines(logs.String(), 40))
+	}
+	// The publisher's outbox empties once the last ACKs are back.
+	if !harness.Poll(time.Minute, func() bool {
+		time.Sleep(200 * time.Millisecond)
+		return strings.Contains(lastLine(logs.String(), "publisher-outbox.db"), "; 0 pending")
+	}) {
+		b.Fatalf("the publisher's outbox did not empty:\n%s", harness.TailLines(logs.String(), 40))
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		b.Fatalf("the gateway did not stop within 30 s of SIGTERM")
+	}
+	if got := distinct(); got != n {
+		b.Fatalf("the consumer got %d distinct readings, not %d", got, n)
+	}
+}
+
+// lastLine returns the last line of s that contains substr.
+func lastLine(s, substr string) string {
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], substr) {
+			return lines[i]
+		}
+	}
+	return ""
+}
