@@ -94,7 +94,7 @@ func (d *Direct) forget(id string, ch chan struct{}) {
 }
 
 // Send publishes rec and returns once it is confirmed, or an error after
-// PublishTimeout (PUBACK) or AckTimeout (end-to-end ACK).
+// PublishTimeout (PUBACK) or the wait of an end-to-end ACK.
 func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
 	pubCtx, cancel := context.WithTimeout(ctx, d.s.PublishTimeout)
 	defer cancel()
@@ -103,7 +103,7 @@ func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
 		return fmt.Errorf("event %s: no broker connection within %s: %w", rec.EventID, d.s.PublishTimeout, err)
 	}
 	var acked chan struct{}
-	if d.s.EndToEnd {
+	if !d.s.confirm().pubackConfirms() {
 		acked = d.expect(rec.EventID)
 		defer d.forget(rec.EventID, acked)
 	}
@@ -118,13 +118,14 @@ func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
 		return fmt.Errorf("event %s: publish to %q not confirmed: %w", rec.EventID, rec.Topic, err)
 	}
 	if acked != nil {
-		ackCtx, cancel := context.WithTimeout(ctx, d.s.AckTimeout)
+		wait := d.s.confirm().wait(d.s)
+		ackCtx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		select {
 		case <-acked:
 		case <-ackCtx.Done():
 			d.m.OnRetried()
-			return fmt.Errorf("event %s: no ACK on %q within %s", rec.EventID, d.s.AckTopic, d.s.AckTimeout)
+			return fmt.Errorf("event %s: no %s within %s", rec.EventID, d.s.confirm().what(), wait)
 		case <-conn.Lost():
 			d.m.OnRetried()
 			return fmt.Errorf("event %s: connection lost while waiting for its ACK", rec.EventID)

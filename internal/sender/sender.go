@@ -1,8 +1,10 @@
-// Package sender is the engine of reliable_mqtt_out behind the outbox and
-// in direct mode: it publishes records, matches their confirmations (PUBACK,
-// or an end-to-end ACK with the record's event ID) and, with an outbox,
-// removes what is confirmed and resends the rest from the oldest. It knows
-// nothing of Benthos: the plugin hands it a Config, a Logger and Metrics.
+// Package sender is the engine of reliable_mqtt_out and the one owner of
+// its write path (Output): it starts the client, encodes events, keeps
+// them in the outbox or publishes them directly, matches their
+// confirmations (a Confirmation chosen once: PUBACK, or an end-to-end ACK
+// with the record's event ID) and, with an outbox, removes what is
+// confirmed and resends the rest from the oldest. It knows nothing of
+// Benthos: the plugin hands it Options, a Logger and Metrics.
 package sender
 
 import (
@@ -22,9 +24,7 @@ import (
 type Config struct {
 	Window         int           // records in flight at most (outbox mode); the sizer picks how many below it
 	PublishTimeout time.Duration // wait for a PUBACK (and, direct mode, for a connection)
-	EndToEnd       bool          // confirmation is an ACK on AckTopic, not the PUBACK
-	AckTopic       string
-	AckTimeout     time.Duration // wait for an end-to-end ACK
+	Confirm        Confirmation  // what confirms a record; nil: ByPuback
 	Retained       bool          // the retain flag of outbox records
 	Retry          backoff.Backoff
 	// RequireSubscribers sets Publication.RequireSubscribers: on MQTT 5 a
@@ -160,11 +160,7 @@ func (sd *Sender) Run(ctx context.Context) {
 // session sends on one connection until it fails or ctx ends. progress
 // reports whether anything was confirmed.
 func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress bool, err error) {
-	wait := sd.s.PublishTimeout
-	what := "PUBACK"
-	if sd.s.EndToEnd {
-		wait, what = sd.s.AckTimeout, "ACK on "+sd.s.AckTopic
-	}
+	wait, what := sd.s.confirm().wait(sd.s), sd.s.confirm().what()
 	rm := pubackLimit(conn.Limits())
 	w := newWindow(newSizer(sd.s.Window, time.Now()), rm, wait)
 	timer := time.NewTimer(time.Hour)
@@ -234,7 +230,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 				if err := f.tok.Error(); err != nil {
 					return progress, publishFailed(sd.m, f.rec.EventID, f.rec.Topic, err)
 				}
-				if !sd.s.EndToEnd {
+				if sd.s.confirm().pubackConfirms() {
 					confirm(f, now)
 				}
 			}
@@ -255,14 +251,18 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 	}
 }
 
-// effectiveWindow is how many records may be unconfirmed now: the sizer's
-// limit, and with confirm: broker (where every unconfirmed record awaits its
-// PUBACK) never more than the server's Receive Maximum.
+// effectiveWindow is how many records may be unconfirmed now (see
+// Confirmation.limit).
 func (sd *Sender) effectiveWindow(w *window) int {
-	if sd.s.EndToEnd {
-		return w.sz.limit()
+	return sd.s.confirm().limit(w.sz.limit(), w.pubackMax)
+}
+
+// confirm is the Confirmation, ByPuback when none is set.
+func (c Config) confirm() Confirmation {
+	if c.Confirm == nil {
+		return byPuback{}
 	}
-	return min(w.sz.limit(), w.pubackMax)
+	return c.Confirm
 }
 
 // remover deletes confirmed records in batches: one transaction (one fsync)

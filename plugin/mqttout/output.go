@@ -2,10 +2,9 @@
 // front of a QoS 1 publisher that keeps every message until it is confirmed,
 // by the broker's PUBACK or end to end by an application ACK.
 //
-// This package is the Benthos glue (spec, constructor, lifecycle, metrics);
-// a record's encoding lives in internal/codec, publishing, the window of records in flight, ACK
-// matching and direct mode live in internal/sender, the outbox file in
-// internal/outbox.
+// This package is the Benthos glue: spec, parsing, interpolation and the
+// metrics and span adapters. The write path (client, outbox or direct
+// mode, confirmation, encoding, window) has one owner, sender.Output.
 package mqttout
 
 import (
@@ -18,12 +17,9 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
@@ -239,53 +235,24 @@ func init() {
 	}
 }
 
-// settings is the parsed, validated configuration.
+// settings is the parsed, validated configuration: what the write path
+// needs (sender.Options) and what the plugin interpolates per message.
 type settings struct {
-	client          mqttclient.Config
-	topic           *service.InterpolatedString
-	eventID         *service.InterpolatedString
-	retained        *service.InterpolatedString // nil: the constant retainedConst
-	retainedConst   bool
-	endToEnd        bool
-	deliveryEnv     bool
-	propertiesEnv   bool // envelope: properties (MQTT 5)
-	traceEnvelope   bool // trace_context: envelope
-	v5              v5Fields
-	dataTopic       string
-	ackTopic        string
-	ackAuthKeys     [][]byte // nil: ACKs are not authenticated
-	outboxOn        bool
-	outboxPath      string
-	outboxOpts      outbox.Options
-	window          int
-	ackTimeout      time.Duration
-	publishTimeout  time.Duration
-	retry           backoff.Backoff
-	maxPayloadBytes int
-	statsInterval   time.Duration
-	enc             codec.Encoding // from envelope, confirm, data_topic and max_payload_bytes
-}
-
-// senderConfig is what the sender needs of s.
-func (s *settings) senderConfig() sender.Config {
-	return sender.Config{
-		Window:         s.window,
-		PublishTimeout: s.publishTimeout,
-		EndToEnd:       s.endToEnd,
-		AckTopic:       s.ackTopic,
-		AckTimeout:     s.ackTimeout,
-		Retained:       s.retainedConst,
-		Retry:          s.retry,
-
-		RequireSubscribers: s.v5.requireSubscribers,
-	}
+	sender        sender.Options
+	topic         *service.InterpolatedString
+	eventID       *service.InterpolatedString
+	retained      *service.InterpolatedString // nil: the constant retainedConst
+	retainedConst bool
+	v5            v5Fields
+	statsInterval time.Duration
 }
 
 func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
-	if s.client, err = mqttconf.ParseConfig(conf); err != nil {
+	o := &s.sender
+	if o.Client, err = mqttconf.ParseConfig(conf); err != nil {
 		return s, err
 	}
-	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
+	if o.Client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
 		return s, err
 	}
 	if s.topic, err = conf.FieldInterpolatedString(fieldTopic); err != nil {
@@ -304,91 +271,109 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.endToEnd = confirm == confirmEndToEnd
+	endToEnd := confirm == confirmEndToEnd
 	env, err := mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
 	if err != nil {
 		return s, err
 	}
-	s.deliveryEnv = env == envelopeDelivery
-	s.propertiesEnv = env == envelopeProperties
-	if s.endToEnd && s.deliveryEnv {
+	if endToEnd && env == envelopeDelivery {
 		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)")
 	}
-	if s.traceEnvelope, err = parseTraceContext(conf, env, s.endToEnd); err != nil {
+	traceEnvelope, err := parseTraceContext(conf, env, endToEnd)
+	if err != nil {
 		return s, err
 	}
-	if s.v5, err = parseV5Fields(conf, s.client.ProtocolVersion, s.propertiesEnv, s.endToEnd); err != nil {
+	if s.v5, err = parseV5Fields(conf, o.Client.ProtocolVersion, env == envelopeProperties, endToEnd); err != nil {
 		return s, err
 	}
-	if s.dataTopic, err = conf.FieldString(fieldDataTopic); err != nil {
+	o.RequireSubscribers = s.v5.requireSubscribers
+	dataTopic, err := conf.FieldString(fieldDataTopic)
+	if err != nil {
 		return s, err
 	}
-	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
+	ackTopic, err := conf.FieldString(fieldAckTopic)
+	if err != nil {
 		return s, err
 	}
-	if s.endToEnd {
+	if endToEnd {
 		// Publishing to a wildcard is refused by the broker with a dropped
 		// connection, which would look like an endless outage.
-		if err := envelope.CheckPublishTopic(s.dataTopic); err != nil {
-			return s, fmt.Errorf("data_topic %q: %w", s.dataTopic, err)
+		if err := envelope.CheckPublishTopic(dataTopic); err != nil {
+			return s, fmt.Errorf("data_topic %q: %w", dataTopic, err)
 		}
-		if s.ackTopic == "" {
+		if ackTopic == "" {
 			return s, errors.New("ack_topic must not be empty with confirm: end_to_end")
 		}
 	}
-	if s.ackAuthKeys, err = mqttconf.ParseAckAuthKeys(conf); err != nil {
+	ackAuthKeys, err := mqttconf.ParseAckAuthKeys(conf)
+	if err != nil {
 		return s, err
 	}
-	if s.ackAuthKeys != nil && !s.endToEnd {
+	if ackAuthKeys != nil && !endToEnd {
 		return s, errors.New("ack_auth_key applies to confirm: end_to_end only (confirm: broker receives no ACKs)")
 	}
-	if s.outboxOn, err = conf.FieldBool(fieldOutbox, fieldOutboxEnabled); err != nil {
+	outboxOn, err := conf.FieldBool(fieldOutbox, fieldOutboxEnabled)
+	if err != nil {
 		return s, err
 	}
-	if s.outboxPath, err = conf.FieldString(fieldOutbox, fieldOutboxPath); err != nil {
+	if o.OutboxPath, err = conf.FieldString(fieldOutbox, fieldOutboxPath); err != nil {
 		return s, err
 	}
-	if s.outboxOn && s.outboxPath == "" {
+	if outboxOn && o.OutboxPath == "" {
 		return s, errors.New("outbox.path is required while outbox.enabled is true (or set outbox.enabled: false for direct mode)")
 	}
-	if s.outboxOpts.MaxPending, err = mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxCount); err != nil {
+	if !outboxOn {
+		o.OutboxPath = "" // direct mode
+	}
+	if o.Outbox.MaxPending, err = mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxCount); err != nil {
 		return s, err
 	}
 	maxBytes, err := mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxBytes)
 	if err != nil {
 		return s, err
 	}
-	s.outboxOpts.MaxPendingBytes = int64(maxBytes)
+	o.Outbox.MaxPendingBytes = int64(maxBytes)
 	verify, err := mqttconf.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
 	if err != nil {
 		return s, fmt.Errorf("outbox.%w", err)
 	}
-	s.outboxOpts.Verify = boltfile.Verify(verify)
-	if s.window, err = mqttconf.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
+	o.Outbox.Verify = boltfile.Verify(verify)
+	if o.Window, err = mqttconf.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
 		return s, err
 	}
-	if s.ackTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldAckTimeout); err != nil {
+	ackTimeout, err := mqttconf.FieldPositiveDuration(conf, fieldAckTimeout)
+	if err != nil {
 		return s, err
 	}
-	if s.publishTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldPublishTimeout); err != nil {
+	if o.PublishTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldPublishTimeout); err != nil {
 		return s, err
 	}
-	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
+	if o.Retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
-	if s.maxPayloadBytes, err = mqttconf.FieldIntIn(conf, 1, maxMQTTPayload, fieldMaxPayloadBytes); err != nil {
+	maxPayloadBytes, err := mqttconf.FieldIntIn(conf, 1, maxMQTTPayload, fieldMaxPayloadBytes)
+	if err != nil {
 		return s, err
 	}
 	if s.statsInterval, err = conf.FieldDuration(fieldStatsInterval); err != nil {
 		return s, err
 	}
-	s.enc = codec.Encoding{Mode: env, EndToEnd: s.endToEnd, DataTopic: s.dataTopic, MaxPayloadBytes: s.maxPayloadBytes, TraceContext: s.traceEnvelope}
-	return s, s.parseRetained(conf) // after outbox and confirm
+	// The confirmation strategy is chosen here, once.
+	o.Confirm = sender.ByPuback()
+	if endToEnd {
+		o.Confirm = sender.ByAck(ackTopic, ackTimeout, ackAuthKeys)
+	}
+	o.Encoding = codec.Encoding{Mode: env, EndToEnd: endToEnd, DataTopic: dataTopic, MaxPayloadBytes: maxPayloadBytes, TraceContext: traceEnvelope}
+	if err := s.parseRetained(conf, outboxOn, endToEnd); err != nil { // after outbox and confirm
+		return s, err
+	}
+	o.Retained = s.retainedConst
+	return s, nil
 }
 
 // parseRetained reads retained: a constant, or an interpolation evaluated
 // per message in direct mode (the outbox keeps no flag per record).
-func (s *settings) parseRetained(conf *service.ParsedConfig) error {
+func (s *settings) parseRetained(conf *service.ParsedConfig, outboxOn, endToEnd bool) error {
 	raw, err := conf.FieldString(fieldRetained)
 	if err != nil {
 		return err
@@ -398,14 +383,14 @@ func (s *settings) parseRetained(conf *service.ParsedConfig) error {
 			return fmt.Errorf("retained: %q is neither true nor false", raw)
 		}
 	} else {
-		if s.outboxOn {
+		if outboxOn {
 			return errors.New("retained: an interpolation needs outbox.enabled: false (the outbox stores no flag per record); use true or false")
 		}
 		if s.retained, err = conf.FieldInterpolatedString(fieldRetained); err != nil {
 			return err
 		}
 	}
-	if s.endToEnd && (s.retainedConst || s.retained != nil) {
+	if endToEnd && (s.retainedConst || s.retained != nil) {
 		return errors.New("retained does not apply to confirm: end_to_end: a retained envelope would reach every new subscriber of data_topic again")
 	}
 	return nil

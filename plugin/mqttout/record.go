@@ -46,18 +46,15 @@ func (o *output) encode(msg *service.Message) (rec mqttmsg.Event, err error) {
 	if err != nil {
 		return rec, fmt.Errorf("event %s for topic %q: %w", id, topic, err)
 	}
-	if rec, err = o.s.enc.Encode(id, topic, raw, props); err != nil {
-		return rec, err
-	}
-	rec.Retained = o.s.retainedConst
+	retained := o.s.retainedConst
 	if o.s.retained != nil {
 		v, err := o.s.retained.TryString(msg)
 		if err != nil {
 			return rec, fmt.Errorf("event %s: retained interpolation failed: %w", id, err)
 		}
-		if rec.Retained, err = strconv.ParseBool(v); err != nil {
+		if retained, err = strconv.ParseBool(v); err != nil {
 			return rec, fmt.Errorf("event %s: retained evaluated to %q, want true or false", id, v)
 		}
 	}
-	return rec, o.s.enc.CheckSize(rec, topic)
+	return o.out.Encode(id, topic, raw, props, retained)
 }

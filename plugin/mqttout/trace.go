@@ -68,7 +68,7 @@ func (o *output) traceStart(msg *service.Message, rec *mqttmsg.Event, err error)
 		return
 	}
 	if ctx := o.spans.Start(msg.Context(), rec.EventID, rec.Topic); ctx != nil {
-		if o.s.client.ProtocolVersion == mqttclient.V5 {
+		if o.s.sender.Client.ProtocolVersion == mqttclient.V5 {
 			rec.Props = tracing.Inject(ctx, rec.Props)
 		}
 		o.traceInEnvelope(ctx, rec)
@@ -101,10 +101,11 @@ func (o *output) traceWritten(recs []mqttmsg.Event, errs []error, direct bool) {
 // event is never refused for its trace context.
 func (o *output) traceInEnvelope(ctx context.Context, rec *mqttmsg.Event) {
 	tc := tracing.ContextOf(ctx)
-	if !o.s.enc.TraceContext || tc.Traceparent == "" {
+	enc := o.out.Encoding()
+	if !enc.TraceContext || tc.Traceparent == "" {
 		return
 	}
-	added, err := o.s.enc.AddTraceContext(rec, tc)
+	added, err := enc.AddTraceContext(rec, tc)
 	switch {
 	case err != nil:
 		trace.SpanFromContext(ctx).AddEvent("trace context not carried: " + err.Error())
