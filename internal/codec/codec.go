@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 )
@@ -26,10 +27,13 @@ const (
 // Decoded is a received payload after envelope decoding.
 type Decoded struct {
 	Body      []byte
-	EventID   string
+	EventID   string // for a frame: the frame's ID, which its ACK names
 	DestTopic string
 	Trace     envelope.TraceContext // from the envelope (Decoding.TraceContext); zero when none
-	Err       error                 // a malformed envelope: Body is then the payload as received
+	Err       error                 // a malformed envelope or frame: Body is then the payload as received
+	// Events are a frame's events, in order (nil for anything else): each
+	// becomes a message of its own. Body is then nil.
+	Events []frame.Event
 }
 
 // TraceContextHint is what a receiver without the opt-in tells about an
@@ -46,9 +50,16 @@ type Decoding struct {
 }
 
 // Decode reads payload, received on topic with the MQTT 5 properties props
-// (nil on 3.1.1), as d says. A malformed envelope is reported in Err,
-// naming the topic and the defect.
+// (nil on 3.1.1), as d says. In every mode but None a payload that starts
+// with the frame magic is a frame (internal/frame), whatever the mode's
+// own form; with None every payload stays opaque, so nobody can smuggle
+// several messages into a plain topic. A malformed envelope or frame is
+// reported in Err, naming the topic and the defect; a frame is refused
+// before it is expanded past frame.DefaultLimits.
 func (d Decoding) Decode(topic string, payload []byte, props *mqttmsg.Properties) *Decoded {
+	if d.Mode != None && d.Mode != "" && frame.Is(payload) {
+		return decodeFrame(topic, payload, d.Mode == Ingress)
+	}
 	switch d.Mode {
 	case Ingress:
 		decode := envelope.DecodeIngress
@@ -79,6 +90,24 @@ func (d Decoding) Decode(topic string, payload []byte, props *mqttmsg.Properties
 	default:
 		return &Decoded{Body: payload}
 	}
+}
+
+// decodeFrame decodes a frame. In ingress mode every event must name its
+// destination topic, as every ingress envelope does.
+func decodeFrame(topic string, payload []byte, ingress bool) *Decoded {
+	id, events, err := frame.Decode(payload, frame.DefaultLimits)
+	if err == nil && ingress {
+		for _, e := range events {
+			if e.Topic == "" {
+				err = fmt.Errorf("%w: event %s has no destination topic, which envelope: ingress needs", frame.ErrMalformed, e.ID)
+				break
+			}
+		}
+	}
+	if err != nil {
+		return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid frame (%d bytes; none of its events is delivered): %w", topic, len(payload), err)}
+	}
+	return &Decoded{EventID: id, Events: events}
 }
 
 // hint adds TraceContextHint to an error about trace context keys.

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
@@ -50,6 +51,53 @@ func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result er
 			result = fmt.Errorf("delivery hook failed: %w", err)
 		}
 	}
+	return in.finish(ctx, d, result)
+}
+
+// SettleFrame ends one delivery attempt of d, a frame whose events the
+// pipeline finished with results (one per event, in order; nil: success),
+// each event with its own hooks:
+//
+//  1. every event's hooks run with that event's result, all at once (so
+//     the ledger's commits of the frame's keys meet in one group commit);
+//     a hook's error on success fails its event (written into results);
+//  2. only when every event succeeded, the frame's end-to-end ACK (its
+//     event ID is the frame's ID) and then its PUBACK, as in Settle;
+//  3. otherwise nothing of the frame is acknowledged and the whole frame
+//     is read again: events that succeeded are then copies, which the
+//     ledger drops (their keys were committed in step 1 or with the
+//     output's record).
+//
+// It returns the failure that left the frame unacknowledged (nil:
+// acknowledged).
+func (in *Inbox) SettleFrame(ctx context.Context, d *Delivery, hooks []Hooks, results []error) error {
+	var wg sync.WaitGroup
+	for i, h := range hooks {
+		if h == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.Run(ctx, results[i]); err != nil && results[i] == nil {
+				results[i] = fmt.Errorf("delivery hook failed: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	var result error
+	for i, err := range results {
+		if err != nil {
+			result = fmt.Errorf("event %d of %d in frame %s failed: %w", i+1, len(results), d.Decoded.EventID, err)
+			break
+		}
+	}
+	return in.finish(ctx, d, result)
+}
+
+// finish acknowledges d end to end and to the broker after a successful
+// attempt, or schedules it again after a failed one.
+func (in *Inbox) finish(ctx context.Context, d *Delivery, result error) error {
 	if result == nil && in.s.Ack.Topic != "" && d.Decoded != nil && d.Decoded.EventID != "" {
 		result = in.publishAck(ctx, d)
 	}

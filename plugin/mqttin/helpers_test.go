@@ -117,14 +117,26 @@ func (ti *testInput) closeOnBroker(b *harness.Mosquitto, clientID string) {
 	})
 }
 
-// read returns the next message or fails the test after readTimeout. Like
-// Benthos, it calls Connect again when Read reports no connection.
+// read returns the next message, which must come alone (not a frame's
+// batch), or fails the test after readTimeout.
 func (ti *testInput) read() (*service.Message, service.AckFunc) {
+	ti.t.Helper()
+	batch, ack := ti.readBatch()
+	if len(batch) != 1 {
+		ti.t.Fatalf("read a batch of %d messages, want one", len(batch))
+	}
+	return batch[0], ack
+}
+
+// readBatch returns the next batch or fails the test after readTimeout.
+// Like Benthos, it calls Connect again when ReadBatch reports no
+// connection.
+func (ti *testInput) readBatch() (service.MessageBatch, service.AckFunc) {
 	ti.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	for {
-		msg, ack, err := ti.in.Read(ctx)
+		msg, ack, err := ti.in.ReadBatch(ctx)
 		if errors.Is(err, service.ErrNotConnected) && ctx.Err() == nil {
 			if err := ti.in.Connect(ctx); err != nil && ctx.Err() != nil {
 				ti.t.Fatalf("read: no connection within %s: %v", readTimeout, err)
@@ -143,9 +155,9 @@ func (ti *testInput) readNone(wait time.Duration) {
 	ti.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	msg, _, err := ti.in.Read(ctx)
+	batch, _, err := ti.in.ReadBatch(ctx)
 	if err == nil {
-		ti.t.Fatalf("expected no message within %s, got %q on %s", wait, body(msg), meta(msg, metaTopic))
+		ti.t.Fatalf("expected no message within %s, got %d, the first %q on %s", wait, len(batch), body(batch[0]), meta(batch[0], metaTopic))
 	}
 }
 

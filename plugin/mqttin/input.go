@@ -39,7 +39,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -48,12 +47,10 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/inbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/properties"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
@@ -90,6 +87,7 @@ const (
 	metaSubscription = "mqtt_subscription"
 	metaEventID      = "event_id"
 	metaDestTopic    = "destination_topic"
+	metaFrameID      = "frame_id"
 )
 
 // closeTimeout bounds Close: Benthos hands Close a context without deadline.
@@ -113,13 +111,17 @@ A resumed session may receive messages that match none of `+"`topics`"+` (left o
 
 With `+"`envelope: ingress`"+` or `+"`delivery`"+` the payload is decoded strictly as a reliomq v1 envelope: the message body becomes the inner payload, with metadata `+"`event_id`"+` (and `+"`destination_topic`"+` for ingress). A malformed envelope is acknowledged and dropped with a warning (`+"`on_malformed: drop`"+`, the default), or, with `+"`on_malformed: flag`"+`, reaches the pipeline unchanged and flagged with an error, so a `+"`switch`"+` output on `+"`errored()`"+` can route it to a dead-letter output; it never produces an end-to-end ACK, and once the pipeline acknowledges it the source message is acknowledged to the broker. With `+"`ack_topic`"+` set, after the pipeline acknowledges a decoded message the input publishes `+"`{\"event_id\":\"...\",\"version\":1}`"+` there (QoS 1, on the same connection), waits for its PUBACK, and only then acknowledges the source; if that publish fails the message counts as rejected. A bridge is then plain YAML: `+"`reliable_mqtt_in`"+` with `+"`envelope: ingress`"+` and `+"`ack_topic`"+` → `+"`reliable_mqtt_out`"+` with `+"`topic: ${! meta(\"destination_topic\") }`"+` and the outbox off.
 
+### Frames
+
+With `+"`envelope: ingress`"+`, `+"`delivery`"+` or `+"`properties`"+` a payload that starts with the frame magic is a frame of several events (docs/frames.md), read without any setting; with `+"`envelope: none`"+` it stays one opaque message. A frame becomes ONE batch with a message per event, each carrying what that event would carry alone (`+"`event_id`"+`, `+"`destination_topic`"+`, its MQTT 5 user properties, its own delivery hooks and trace span) plus `+"`frame_id`"+`. The frame's end-to-end ACK (its `+"`event_id`"+` is the frame's ID) and its PUBACK go only after every message of the batch succeeded; when one fails, each message's hooks still see their own result (so `+"`dedup_ledger`"+` records the keys of those that succeeded) and the whole frame comes again. A malformed frame (or one that would expand past 32 MiB or hold more than 10,000 events) is handled as a malformed envelope (`+"`on_malformed`"+`), never expanded; with `+"`envelope: ingress`"+` every event must carry a destination topic.
+
 ### Delivery hooks
 
 Each delivery attempt carries a hook list in the message's context (Go package `+"`internal/commit`"+`: `+"`commit.HooksFrom(msg.Context()).Register(hook)`"+`). When the pipeline acknowledges the message the input runs the hooks with the result first; a hook error on success turns the attempt into a failure (no acknowledgement, retried). `+"`dedup_ledger`"+` commits its keys this way.
 
 ### Metadata
 
-`+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes. MQTT 5 messages add their properties: each user property as `+"`mqtt_user_property_<name>`"+` (a string; a name that occurs more than once gives the list of its values in arrival order, as structured metadata: `+"`@mqtt_user_property_<name>`"+` is the list), `+"`mqtt_content_type`, `mqtt_response_topic`, `mqtt_correlation_data`"+` (its bytes as they are) and `+"`mqtt_message_expiry`"+` (the remaining interval the broker sent, in whole seconds: `+"`90s`"+`), each only when present.
+`+"`mqtt_topic`, `mqtt_qos`, `mqtt_duplicate`, `mqtt_retained`, `mqtt_message_id`, `mqtt_subscription`"+` (the configured filter that matched: an exact filter beats one with `+"`+`"+`, which beats one with `+"`#`"+`, then the order of `+"`topics`"+`; for `+"`$share/group/filter`"+` entries the whole configured string), and `+"`event_id`, `destination_topic`"+` from envelopes (and `+"`frame_id`"+` on a frame's messages). MQTT 5 messages add their properties: each user property as `+"`mqtt_user_property_<name>`"+` (a string; a name that occurs more than once gives the list of its values in arrival order, as structured metadata: `+"`@mqtt_user_property_<name>`"+` is the list), `+"`mqtt_content_type`, `mqtt_response_topic`, `mqtt_correlation_data`"+` (its bytes as they are) and `+"`mqtt_message_expiry`"+` (the remaining interval the broker sent, in whole seconds: `+"`90s`"+`), each only when present.
 
 Use `+"`buffer: none`"+` (the default): a buffer acknowledges the input before the output has the message.
 
@@ -221,8 +223,8 @@ root = [
 `
 
 func init() {
-	err := service.RegisterInput("reliable_mqtt_in", inputSpec(),
-		func(conf *service.ParsedConfig, mgr *service.Resources) (service.Input, error) {
+	err := service.RegisterBatchInput("reliable_mqtt_in", inputSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
 			return newInput(conf, mgr)
 		})
 	if err != nil {
@@ -457,14 +459,15 @@ func (i *input) Connect(ctx context.Context) error {
 	return nil
 }
 
-// Read returns the next delivery: a rejected message whose backoff has
-// passed, or the oldest received one. Without a live connection it returns
+// ReadBatch returns the next delivery: a rejected message whose backoff
+// has passed, or the oldest received one; one message, or a frame's
+// events as one batch (frame.go). Without a live connection it returns
 // service.ErrNotConnected, at once or when the connection it waits on is
 // lost: Benthos then marks the input not ready (/ready answers 503) and
 // calls Connect until the client has reconnected. Deliveries of a lost
 // connection are stale anyway (their acknowledgement would go nowhere; the
 // broker redelivers them).
-func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, error) {
+func (i *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	i.mu.Lock()
 	client := i.client
 	i.mu.Unlock()
@@ -492,49 +495,12 @@ func (i *input) Read(ctx context.Context) (*service.Message, service.AckFunc, er
 	if d.Decoded.Err == nil && d.Msg.Retained() && i.s.envelope != envelopeNone {
 		i.warnRetained(d.Msg.Topic(), d.Decoded.EventID)
 	}
+	if d.Decoded.Events != nil {
+		batch, ack := i.frameAttempt(d)
+		return batch, ack, nil
+	}
 	msg, ack := i.attempt(d)
-	return msg, ack, nil
-}
-
-// attempt builds one delivery attempt: a fresh message with a fresh hook
-// list in its context, and the AckFunc that hands its result to the
-// inbox (inbox.Settle: hooks, end-to-end ACK, PUBACK, or a retry).
-func (i *input) attempt(d *inbox.Delivery) (*service.Message, service.AckFunc) {
-	dec := d.Decoded // set by Read
-	// A copy per attempt: what one attempt's processors do to the bytes must
-	// not leak into the next attempt.
-	msg := service.NewMessage(append([]byte(nil), dec.Body...))
-	msg.MetaSetMut(metaTopic, d.Msg.Topic())
-	msg.MetaSetMut(metaQoS, strconv.Itoa(int(d.Msg.Qos())))
-	msg.MetaSetMut(metaDuplicate, strconv.FormatBool(d.Msg.Duplicate()))
-	msg.MetaSetMut(metaRetained, strconv.FormatBool(d.Msg.Retained()))
-	msg.MetaSetMut(metaMessageID, strconv.Itoa(int(d.Msg.MessageID())))
-	msg.MetaSetMut(metaSubscription, d.Sub)
-	properties.Metadata(d.Msg.Properties(), msg.MetaSetMut)
-	if dec.EventID != "" {
-		msg.MetaSetMut(metaEventID, dec.EventID)
-	}
-	if dec.DestTopic != "" {
-		msg.MetaSetMut(metaDestTopic, dec.DestTopic)
-	}
-	if dec.Err != nil {
-		msg.SetError(dec.Err)
-	}
-	ctx, hooks := commit.WithHooks(context.Background())
-	ctx = i.spans.Start(ctx, traceParent(d), dec.EventID, d.Msg.Topic())
-	msg = msg.WithContext(ctx)
-
-	var once sync.Once
-	ack := func(ctx context.Context, result error) error {
-		once.Do(func() {
-			if i.beginAck() {
-				defer i.acking.Done()
-			}
-			i.spans.End(msg.Context(), i.in.Settle(ctx, d, hooks, result))
-		})
-		return nil
-	}
-	return msg, ack
+	return service.MessageBatch{msg}, ack, nil
 }
 
 // beginAck counts an acknowledgement in progress, for Close to wait on.
