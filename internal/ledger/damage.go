@@ -6,6 +6,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
 // upgradeBatch bounds the entries rewritten per upgrade transaction.
@@ -20,6 +21,9 @@ func (l *Ledger) upgradeEntries() error {
 		if len(v) == valueLen && v[0] == valueVersion {
 			return nil
 		}
+		if err := newerEntry(l.path, k, v); err != nil {
+			return err
+		}
 		if len(v) != valueLenV1 || v[0] != valueVersionV1 {
 			return &boltfile.DamagedError{Path: l.path, Cause: fmt.Sprintf("dedup ledger entry %x is unreadable (%d bytes, version %d) while adding checksums", k, len(v), firstByte(v))}
 		}
@@ -28,6 +32,9 @@ func (l *Ledger) upgradeEntries() error {
 	}, func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
+	if format.IsNewer(err) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("dedup ledger file %s: adding checksums to the entries written by an earlier version failed: %w", l.path, err)
 	}
@@ -53,6 +60,9 @@ func check(tx *bolt.Tx, path string) (uint64, error) {
 	err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
 		n++
 		if _, _, err := decodeValue(k, v); err != nil {
+			if format.IsNewer(err) {
+				return newerEntry(path, k, v) // not damage: refused whole
+			}
 			if bad == 0 {
 				first = fmt.Sprintf("entry %x: %v", k, err)
 			}

@@ -20,6 +20,7 @@
 //	             CRC-32C (4, BE) of the encoded key followed by the 41 bytes before it
 //	ledger/time  applied unix nanos (8, BE) | encoded key -> empty   (retention index, oldest first)
 //	ledger/meta  "count" -> number of keys (8, BE); "checksums" (present: every entry has one);
+//	             "format" -> the entry version this ledger is written in (8, BE; newer: refused);
 //	             "clock", "clock floor" (clock.go)
 //
 // Version 1 entries (no checksum, written before checksums existed) are
@@ -39,6 +40,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/registry"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -191,7 +193,30 @@ func open(f *boltfile.File, opts Options) (*Ledger, error) {
 // layout is the ledger's buckets in a shared file.
 var layout = boltfile.Section{
 	Name:    "dedup ledger",
+	Format:  valueVersion,
 	Buckets: [][]byte{bucketKeys, bucketTime, bucketMeta},
+	Check:   checkEnds,
+}
+
+// checkEnds refuses, at open, a ledger whose first or last entry is of a
+// newer version (a verified start checks every entry: check).
+func checkEnds(tx *bolt.Tx) error {
+	c := tx.Bucket(bucketKeys).Cursor()
+	for _, end := range []func() ([]byte, []byte){c.First, c.Last} {
+		if k, v := end(); k != nil {
+			if err := newerEntry(tx.DB().Path(), k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// newerEntry returns a *format.NewerError if the entry under k is of a
+// version newer than this build reads: not damage, never read as "not
+// applied".
+func newerEntry(path string, k, v []byte) error {
+	return format.Check(path, fmt.Sprintf("dedup ledger entry %q", k), uint64(firstByte(v)), valueVersion)
 }
 
 // load readies the ledger's buckets (creating them in a file that has none:
@@ -301,6 +326,9 @@ func decodeValue(key, v []byte) (time.Time, [32]byte, error) {
 			return time.Time{}, [32]byte{}, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
 		}
 		return decodeBody(v)
+	}
+	if firstByte(v) > valueVersion {
+		return time.Time{}, [32]byte{}, fmt.Errorf("entry of version %d (this build reads 1 to %d): %w: run the release that wrote it, or a newer one", firstByte(v), valueVersion, format.ErrNewer)
 	}
 	return time.Time{}, [32]byte{}, fmt.Errorf("unreadable entry (%d bytes, version %d)", len(v), firstByte(v))
 }
