@@ -18,6 +18,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
@@ -157,7 +158,10 @@ func TestOutboxPurgeRemovesOnlyWithYes(t *testing.T) {
 
 func TestLedgerStatAndLookup(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	l, err := ledger.Open(path, ledger.Options{})
+	// A ledger started by a wall clock at 1970: its times are "ago" from
+	// its own clock, not from today's wall clock.
+	f := ledgerclock.NewFake(time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC))
+	l, err := ledger.Open(path, ledger.Options{Clock: f.Source()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +173,14 @@ func TestLedgerStatAndLookup(t *testing.T) {
 	if err := c.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	f.Pass(10 * time.Minute)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	out, errOut, code := run(t, "ledger", "stat", path)
-	if code != 0 || !strings.Contains(squash(out), "applied keys: 1\n") || !strings.Contains(out, "entries pass their checksums") {
+	if code != 0 || !strings.Contains(squash(out), "applied keys: 1\n") || !strings.Contains(out, "entries pass their checksums") ||
+		!strings.Contains(squash(out), "ledger clock: 1970-01-02T00:10:00Z") || !strings.Contains(out, "(10 minutes ago)") {
 		t.Fatalf("ledger stat: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, code = run(t, "ledger", "lookup", "--namespace", "p", "--json", path, "ev-1")

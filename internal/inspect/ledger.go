@@ -119,6 +119,9 @@ type ledgerStatJSON struct {
 	Keys   int64      `json:"keys"`
 	Oldest *time.Time `json:"oldest"`
 	Newest *time.Time `json:"newest"`
+	// Clock is the ledger clock's reading: keys are stamped, and expire,
+	// by it rather than by the wall clock.
+	Clock *time.Time `json:"ledger_clock"`
 	// Verified says what was checked before the counts were believed.
 	Verified string `json:"verified"`
 }
@@ -138,14 +141,14 @@ func ledgerStat(c *cli.Context) error {
 				return err
 			}
 			s, err := ledger.Summarize(tx, src.file)
-			out = ledgerStatJSON{Source: src.file, Keys: s.Keys, Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest),
+			out = ledgerStatJSON{Source: src.file, Keys: s.Keys, Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest), Clock: timeOrNil(s.Clock),
 				Verified: fmt.Sprintf("every page read, bbolt's consistency check passed, %d entries pass their checksums, none missing by its counter", checked)}
 			return err
 		})
 	} else {
 		err = withSQL(src.sql, func(ctx context.Context, s *sqlledger.Store) error {
 			sum, err := s.Summarize(ctx)
-			out = ledgerStatJSON{Source: fmt.Sprintf("%s table %s", src.sql.Driver, src.sql.Table), Keys: sum.Rows, Oldest: timeOrNil(sum.Oldest), Newest: timeOrNil(sum.Newest),
+			out = ledgerStatJSON{Source: fmt.Sprintf("%s table %s", src.sql.Driver, src.sql.Table), Keys: sum.Rows, Oldest: timeOrNil(sum.Oldest), Newest: timeOrNil(sum.Newest), Clock: timeOrNil(sum.Clock),
 				Verified: "no: a SQL table's integrity is its database's"}
 			return err
 		})
@@ -156,16 +159,29 @@ func ledgerStat(c *cli.Context) error {
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, out)
 	}
-	now := time.Now()
+	now := ledgerNow(out.Clock)
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "ledger:\t%s\n", out.Source)
 	fmt.Fprintf(w, "applied keys:\t%d\n", out.Keys)
+	if out.Clock != nil {
+		fmt.Fprintf(w, "ledger clock:\t%s (keys are stamped and expire by it; it counts only time the ledger was open)\n", out.Clock.UTC().Format(time.RFC3339Nano))
+	}
 	if out.Keys > 0 {
 		fmt.Fprintf(w, "oldest applied:\t%s\n", when(deref(out.Oldest), now))
 		fmt.Fprintf(w, "newest applied:\t%s\n", when(deref(out.Newest), now))
 	}
 	fmt.Fprintf(w, "verified:\t%s\n", out.Verified)
 	return w.Flush()
+}
+
+// ledgerNow is what a ledger's times are "ago" from: its clock's stored
+// reading, which a wall-clock step does not move; the wall clock for a
+// ledger that has none.
+func ledgerNow(clock *time.Time) time.Time {
+	if clock == nil {
+		return time.Now()
+	}
+	return *clock
 }
 
 func deref(t *time.Time) time.Time {
@@ -181,6 +197,7 @@ type lookupJSON struct {
 	Applied   bool       `json:"applied"`
 	At        *time.Time `json:"applied_at,omitempty"`
 	Hash      string     `json:"sha256,omitempty"`
+	Clock     *time.Time `json:"ledger_clock,omitempty"` // as in ledgerStatJSON
 }
 
 func ledgerLookup(c *cli.Context) error {
@@ -192,7 +209,7 @@ func ledgerLookup(c *cli.Context) error {
 	if src.file != "" {
 		err = view(src.file, ledgerLive, func(tx *bolt.Tx) error {
 			e, err := ledger.LookupIn(tx, src.file, claims.Key{Namespace: out.Namespace, ID: out.Key})
-			out.Applied, out.At = e.Applied, timeOrNil(e.At)
+			out.Applied, out.At, out.Clock = e.Applied, timeOrNil(e.At), timeOrNil(ledger.StoredClock(tx))
 			if e.Applied {
 				out.Hash = hex.EncodeToString(e.Hash[:])
 			}
@@ -201,7 +218,7 @@ func ledgerLookup(c *cli.Context) error {
 	} else {
 		err = withSQL(src.sql, func(ctx context.Context, s *sqlledger.Store) error {
 			hash, at, found, err := s.Entry(ctx, claims.Key{Namespace: out.Namespace, ID: out.Key})
-			out.Applied, out.At, out.Hash = found, timeOrNil(at), hex.EncodeToString(hash)
+			out.Applied, out.At, out.Hash, out.Clock = found, timeOrNil(at), hex.EncodeToString(hash), timeOrNil(s.Clock(ctx))
 			return err
 		})
 	}
@@ -223,6 +240,6 @@ func ledgerLookup(c *cli.Context) error {
 	if hash == "" {
 		hash = "(none stored)"
 	}
-	fmt.Fprintf(c.App.Writer, "key %s: applied %s\npayload sha256: %s\n", name, when(deref(out.At), time.Now()), hash)
+	fmt.Fprintf(c.App.Writer, "key %s: applied %s\npayload sha256: %s\n", name, when(deref(out.At), ledgerNow(out.Clock)), hash)
 	return nil
 }

@@ -82,7 +82,7 @@ func OutboxCommand() *cli.Command {
 					"reliable-mqtt outbox purge FILE --older-than DURATION [--yes]",
 				Flags: []cli.Flag{
 					&cli.StringSliceFlag{Name: "event-id", Usage: "remove the pending record with event ID `ID` (repeatable)"},
-					&cli.DurationFlag{Name: "older-than", Usage: "remove every record enqueued more than `DURATION` ago"},
+					&cli.DurationFlag{Name: "older-than", Usage: "remove every record enqueued more than `DURATION` ago by the wall clock (enqueue times are wall-clock stamps: check them with list first if the clock was ever wrong)"},
 					&cli.BoolFlag{Name: "yes", Usage: "really remove; without it, only show what would be removed"},
 				},
 				Action: outboxPurge,

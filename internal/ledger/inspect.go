@@ -24,6 +24,7 @@ type Summary struct {
 	Keys   int64
 	Oldest time.Time // earliest applied time still kept; zero if empty
 	Newest time.Time // latest applied time; zero if empty
+	Clock  time.Time // the ledger clock's stored reading (clock.go); zero if none
 }
 
 // Entry is what the ledger holds for one key.
@@ -48,7 +49,7 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	s := Summary{Keys: int64(boltfile.Uint64(meta, keyCount))}
+	s := Summary{Keys: int64(boltfile.Uint64(meta, keyCount)), Clock: StoredClock(tx)}
 	c := times.Cursor()
 	if k, _ := c.First(); len(k) >= 8 {
 		s.Oldest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
@@ -57,6 +58,16 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 		s.Newest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
 	}
 	return s, nil
+}
+
+// StoredClock is the ledger clock's reading stored in tx: what its keys'
+// times are measured against. Zero if the file has none (yet).
+func StoredClock(tx *bolt.Tx) time.Time {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil || meta.Get(keyClock) == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(boltfile.Uint64(meta, keyClock)))
 }
 
 // LookupIn reads key's entry inside tx.

@@ -32,6 +32,7 @@ func OpenExisting(ctx context.Context, c Config) (*Store, error) {
 type Summary struct {
 	Rows           int64
 	Oldest, Newest time.Time // applied_at range; zero if empty
+	Clock          time.Time // the ledger clock's reading (clock.go); zero if none
 }
 
 // Summarize counts the rows and finds the applied_at range (a scan of the
@@ -47,7 +48,20 @@ func (s *Store) Summarize(ctx context.Context) (Summary, error) {
 	if sum.Oldest, err = s.appliedAt(oldest); err == nil {
 		sum.Newest, err = s.appliedAt(newest)
 	}
+	if err == nil {
+		sum.Clock = s.Clock(ctx)
+	}
 	return sum, err
+}
+
+// Clock returns the ledger clock's reading (clock.go), or the zero time if
+// the table has none yet (no process with this build opened it).
+func (s *Store) Clock(ctx context.Context) time.Time {
+	r, _, err := s.readClock(ctx, s.db)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, r)
 }
 
 // Entry returns k's stored hash and applied time.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
 // retry runs fn in a transaction and commits, rerunning the whole
@@ -93,7 +94,7 @@ func (s *Store) noteDown(err error) {
 			f(false)
 		}
 	}
-	now := time.Now().UnixNano()
+	now := ledgerclock.System().Mono().Nanoseconds() + int64(downLogEvery) // monotonic: a wall-clock step must not silence it; the first line always goes out
 	last := s.lastDownLog.Load()
 	if now-last < int64(downLogEvery) || !s.lastDownLog.CompareAndSwap(last, now) {
 		return

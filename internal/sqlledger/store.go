@@ -131,7 +131,7 @@ type Store struct {
 	clock      *ledgerclock.Clock // this process's reading; nil when opened to inspect
 
 	waiting     atomic.Bool  // a transaction is waiting for the server
-	lastDownLog atomic.Int64 // UnixNano of the last such log line
+	lastDownLog atomic.Int64 // retry.go's noteDown: when the last such line went out
 
 	insertSQL, lookupSQL, countSQL, expireSQL string
 	pgInsertSQL, pgInsertNewSQL, pgLookupSQL  string // PostgreSQL's ApplyBatch

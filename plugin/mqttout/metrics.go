@@ -83,7 +83,9 @@ func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *servi
 		if st.Oldest.IsZero() {
 			m.oldestAgeMs.Set(0)
 		} else {
-			m.oldestAgeMs.Set(time.Since(st.Oldest).Milliseconds())
+			// Enqueue times are wall-clock stamps (a record may come from an
+			// earlier run): after a step back the age would be negative.
+			m.oldestAgeMs.Set(max(time.Since(st.Oldest).Milliseconds(), 0))
 		}
 	})
 }
