@@ -40,15 +40,11 @@ func (s *Store) ApplyBatch(ctx context.Context, entries []Entry) ([]Outcome, err
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	try := s.tryBatch
-	if s.d.driver == Postgres {
-		try = s.pgTry
-	}
 	out := make([]Outcome, len(entries))
 	failed := make([]bool, len(entries)) // a statement of it failed: left out
 	var attempts int
 	err := s.retryRun(ctx, func(ctx context.Context) error {
-		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return try(ctx, entries, failed, out) })
+		return s.leavingOut(entries, failed, out, func() (*stmtFailure, error) { return s.d.tryBatch(s, ctx, entries, failed, out) })
 	}, &attempts)
 	if err != nil {
 		return nil, fmt.Errorf("sqlledger: apply batch of %d to table %s: %w; %s", len(entries), s.cfg.Table, err, outcome(err))

@@ -12,9 +12,10 @@ import (
 // may control it.
 func (pc PoolConfig) Check(apply []string) error {
 	c := pc.Config
+	if _, err := lookupDialect(c.Driver); err != nil {
+		return err
+	}
 	switch {
-	case c.Driver != SQLite && c.Driver != Postgres:
-		return fmt.Errorf("sql.driver must be %q or %q, got %q", SQLite, Postgres, c.Driver)
 	case strings.TrimSpace(c.DSN) == "":
 		return errors.New("sql.dsn is empty: give the SQLite file path or the PostgreSQL connection URL")
 	case pc.MaxBatch < 1:

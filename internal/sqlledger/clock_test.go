@@ -187,5 +187,5 @@ func testRowsStampedByAnotherClockExpireAfterRetentionFromOpen(t *testing.T, b b
 // next rows are stamped with at.
 func setReading(t *testing.T, s *Store, at time.Time) {
 	t.Helper()
-	exec(t, s, fmt.Sprintf(`UPDATE %s SET "reading" = %s`, s.clockTable, s.placeholder(1)), s.d.timeArg(at))
+	exec(t, s, fmt.Sprintf(`UPDATE %s SET "reading" = %s`, s.clockTable, s.d.placeholder(1)), s.d.timeArg(at))
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,11 +24,25 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// dialect holds everything that differs between the two databases: SQL
-// text, placeholders, how applied_at is stored and which errors mean "try
-// the whole transaction again".
+// Driver names the database, as the components' `driver` fields do.
+type Driver string
+
+// The drivers of dialects.
+const (
+	SQLite   Driver = "sqlite"
+	Postgres Driver = "postgres"
+)
+
+// dialect holds everything that differs between the databases: SQL text,
+// placeholders, how applied_at is stored, which errors mean "try the whole
+// transaction again", how a DSN is completed and opened, and how a group
+// of entries is applied. Invariant: no other file of this package (nor
+// sql_query's engine, internal/sqlrows) tests which driver it runs on; a
+// new driver is one entry in dialects.
 type dialect struct {
 	driver    Driver
+	name      string // as people write it, for messages
+	about     string // for the components' driver fields
 	sqlDriver string // database/sql driver name
 	createSQL string // %s = quoted table
 	insertSQL string // %s = quoted table
@@ -43,6 +59,20 @@ type dialect struct {
 	// open returns the pool for dsn, as completed by prepareDSN.
 	open       func(dsn string, c Config) (*sql.DB, error)
 	prepareDSN func(dsn string, c Config) (string, error)
+	// localFile returns the database file a DSN names, if the database is
+	// a local file: its directory is created at start, and a read-only
+	// tool refuses a missing file.
+	localFile func(dsn string) (path string, ok bool)
+	// placeholder is the n-th (from 1) statement argument.
+	placeholder func(n int) string
+	// appliedAtType names the applied_at column's type, for errors.
+	appliedAtType string
+	// openConns is the default for max_open_conns.
+	openConns int
+	// tryBatch runs one attempt of ApplyBatch; batchOne sends a group of
+	// one entry through it too (it takes fewer round trips than Apply).
+	tryBatch func(s *Store, ctx context.Context, entries []Entry, failed []bool, out []Outcome) (*stmtFailure, error)
+	batchOne bool
 }
 
 // Column names are quoted everywhere because "key" is a keyword in both
@@ -63,6 +93,8 @@ const (
 var dialects = map[Driver]*dialect{
 	SQLite: {
 		driver:    SQLite,
+		name:      "SQLite",
+		about:     "Embedded SQLite (pure Go, nothing to install). The DSN is a file path.",
 		sqlDriver: "sqlite",
 		// applied_at is Unix microseconds: SQLite has no timestamp type and
 		// integers compare correctly, which Expire relies on.
@@ -90,9 +122,18 @@ var dialects = map[Driver]*dialect{
 		unavailable:     func(error) bool { return false }, // a local file
 		open:            func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
 		prepareDSN:      sqliteDSN,
+		localFile:       sqliteFile,
+		placeholder:     func(int) string { return "?" },
+		// One writer at a time anyway; a second connection would only
+		// wait for the file lock.
+		openConns:     1,
+		appliedAtType: "integer (Unix microseconds)",
+		tryBatch:      (*Store).tryBatch,
 	},
 	Postgres: {
 		driver:    Postgres,
+		name:      "PostgreSQL",
+		about:     "PostgreSQL, for a database several instances share.",
 		sqlDriver: "pgx",
 		createSQL: `CREATE TABLE IF NOT EXISTS %s (
 	"namespace"  TEXT        NOT NULL,
@@ -118,6 +159,12 @@ var dialects = map[Driver]*dialect{
 		unavailable:     postgresUnavailable,
 		open:            openPostgres,
 		prepareDSN:      func(dsn string, _ Config) (string, error) { return dsn, nil },
+		localFile:       func(string) (string, bool) { return "", false },
+		placeholder:     func(n int) string { return "$" + strconv.Itoa(n) },
+		openConns:       2,
+		appliedAtType:   "timestamptz",
+		tryBatch:        (*Store).pgTry,
+		batchOne:        true,
 	},
 }
 
@@ -298,6 +345,64 @@ func sqliteDSN(dsn string, c Config) (string, error) {
 		add = append([]string{query}, add...)
 	}
 	return path + "?" + strings.Join(add, "&"), nil
+}
+
+// sqliteFile is the file of an SQLite DSN (a path or a file: URI, before
+// its query); none for an in-memory database.
+func sqliteFile(dsn string) (string, bool) {
+	path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+	return path, path != "" && !strings.HasPrefix(path, ":memory:")
+}
+
+// Drivers lists the supported drivers, in a stable order.
+func Drivers() []Driver {
+	ds := slices.Collect(maps.Keys(dialects))
+	slices.Sort(ds)
+	return ds
+}
+
+// OpenDB opens the database c names the way the ledger does: the dialect's
+// DSN completion (for SQLite WAL, synchronous=FULL, a busy timeout and
+// immediate transactions, unless the DSN sets them) and its way of
+// connecting. It neither connects nor creates anything. where names the
+// database for messages, its password redacted.
+func OpenDB(c Config) (db *sql.DB, where string, err error) {
+	d, err := lookupDialect(c.Driver)
+	if err != nil {
+		return nil, "", err
+	}
+	c.setDefaults()
+	dsn, err := d.prepareDSN(c.DSN, c)
+	if err != nil {
+		return nil, "", err
+	}
+	where = fmt.Sprintf("%s database %s", c.Driver, redactDSN(c.DSN))
+	if db, err = d.open(dsn, c); err != nil {
+		return nil, where, fmt.Errorf("open %s: %w", where, err)
+	}
+	return db, where, nil
+}
+
+// DriverDocs describes each driver, for a spec's annotated enum field.
+func DriverDocs() map[string]string {
+	docs := make(map[string]string, len(dialects))
+	for drv, d := range dialects {
+		docs[string(drv)] = d.about
+	}
+	return docs
+}
+
+// lookupDialect returns the dialect of driver, or an error naming the
+// supported ones.
+func lookupDialect(driver Driver) (*dialect, error) {
+	if d, ok := dialects[driver]; ok {
+		return d, nil
+	}
+	names := make([]string, 0, len(dialects))
+	for _, d := range Drivers() {
+		names = append(names, strconv.Quote(string(d)))
+	}
+	return nil, fmt.Errorf("sql.driver must be one of %s, got %q", strings.Join(names, ", "), driver)
 }
 
 var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
@@ -18,11 +17,13 @@ import (
 // reads it: nothing is created, and a missing table (or SQLite file) is an
 // error.
 func OpenExisting(ctx context.Context, c Config) (*Store, error) {
-	if c.Driver == SQLite {
-		path := strings.TrimPrefix(c.DSN, "file:")
-		path, _, _ = strings.Cut(path, "?")
+	d, err := lookupDialect(c.Driver)
+	if err != nil {
+		return nil, fmt.Errorf("sqlledger: %w", err)
+	}
+	if path, ok := d.localFile(c.DSN); ok {
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("sqlledger: sqlite database %s: %w", path, err)
+			return nil, fmt.Errorf("sqlledger: %s database %s: %w", d.name, path, err)
 		}
 	}
 	return connect(ctx, c, false)
@@ -67,7 +68,7 @@ func (s *Store) Clock(ctx context.Context) time.Time {
 // Entry returns k's stored hash and applied time.
 func (s *Store) Entry(ctx context.Context, k claims.Key) (hash []byte, at time.Time, found bool, err error) {
 	var raw any
-	q := fmt.Sprintf(`SELECT "hash", "applied_at" FROM %s WHERE "namespace" = %s AND "key" = %s`, s.table, s.placeholder(1), s.placeholder(2))
+	q := fmt.Sprintf(`SELECT "hash", "applied_at" FROM %s WHERE "namespace" = %s AND "key" = %s`, s.table, s.d.placeholder(1), s.d.placeholder(2))
 	err = s.db.QueryRowContext(ctx, q, k.Namespace, k.ID).Scan(&hash, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, at, false, nil
@@ -77,13 +78,6 @@ func (s *Store) Entry(ctx context.Context, k claims.Key) (hash []byte, at time.T
 	}
 	at, err = s.appliedAt(raw)
 	return hash, at, true, err
-}
-
-func (s *Store) placeholder(n int) string {
-	if s.d.driver == Postgres {
-		return fmt.Sprintf("$%d", n)
-	}
-	return "?"
 }
 
 // appliedAt converts a stored applied_at: Unix microseconds in SQLite, a
@@ -97,5 +91,5 @@ func (s *Store) appliedAt(v any) (time.Time, error) {
 	case time.Time:
 		return t, nil
 	}
-	return time.Time{}, fmt.Errorf("sqlledger: table %s: applied_at holds a %T, want %s", s.cfg.Table, v, map[Driver]string{SQLite: "integer (Unix microseconds)", Postgres: "timestamptz"}[s.d.driver])
+	return time.Time{}, fmt.Errorf("sqlledger: table %s: applied_at holds a %T, want %s", s.cfg.Table, v, s.d.appliedAtType)
 }

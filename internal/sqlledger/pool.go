@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -297,7 +296,7 @@ func (sh *Pool) run(batch []*Request) {
 	}
 	switch {
 	case len(applies) == 0:
-	case len(applies) == 1 && sh.store.d.driver != Postgres: // PostgreSQL's batch takes fewer round trips
+	case len(applies) == 1 && !sh.store.d.batchOne:
 		r := applies[0]
 		res, err := sh.store.Apply(ctx, r.entry.Key, r.entry.Hash, r.entry.Stmts)
 		r.done <- Outcome{Result: res, Err: err}
@@ -459,15 +458,20 @@ func (o Outcome) Verdict(hash []byte) claims.Verdict {
 	return claims.Duplicate
 }
 
-// MkdirFor creates the directory of an SQLite file, as the bbolt ledger
-// does for its path, so a fresh data directory works out of the box.
+// MkdirFor creates the directory of a database that is a local file (an
+// SQLite file), as the bbolt ledger does for its path, so a fresh data
+// directory works out of the box.
 func MkdirFor(c Config) error {
-	if c.Driver != SQLite || strings.HasPrefix(c.DSN, "file:") || strings.HasPrefix(c.DSN, ":memory:") {
+	d, ok := dialects[c.Driver]
+	if !ok {
+		return nil // Check names the driver
+	}
+	path, ok := d.localFile(c.DSN)
+	if !ok {
 		return nil
 	}
-	path, _, _ := strings.Cut(c.DSN, "?")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("dedup_ledger: creating the directory of SQLite database %s: %w", path, err)
+		return fmt.Errorf("creating the directory of %s database %s: %w", d.name, path, err)
 	}
 	return nil
 }

@@ -36,14 +36,6 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
-// Driver names the database: SQLite or Postgres.
-type Driver string
-
-const (
-	SQLite   Driver = "sqlite"
-	Postgres Driver = "postgres"
-)
-
 // Config says which database to use and how hard to retry.
 // Zero values take the defaults documented on each field.
 type Config struct {
@@ -141,11 +133,8 @@ type Store struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = 2
-		if c.Driver == SQLite {
-			c.MaxOpenConns = 1
-		}
+	if d, ok := dialects[c.Driver]; ok && c.MaxOpenConns == 0 {
+		c.MaxOpenConns = d.openConns
 	}
 	if c.MaxIdleConns == 0 {
 		c.MaxIdleConns = c.MaxOpenConns
@@ -181,24 +170,15 @@ func Open(ctx context.Context, c Config) (*Store, error) { return connect(ctx, c
 // connect connects; with create it creates the table and index if missing,
 // without it only checks that the table is a ledger table.
 func connect(ctx context.Context, c Config, create bool) (*Store, error) {
-	d, ok := dialects[c.Driver]
-	if !ok {
-		return nil, fmt.Errorf("sqlledger: sql.driver %q is not supported: use %q or %q", c.Driver, SQLite, Postgres)
-	}
 	if err := checkTable(c.Table); err != nil {
 		return nil, fmt.Errorf("sqlledger: %w", err)
 	}
 	c.setDefaults()
-	dsn, err := d.prepareDSN(c.DSN, c)
+	db, where, err := OpenDB(c)
 	if err != nil {
-		return nil, fmt.Errorf("sqlledger: %w", err)
+		return nil, fmt.Errorf("sqlledger: %w; check sql.dsn", err)
 	}
-	where := fmt.Sprintf("%s database %s", c.Driver, redactDSN(c.DSN))
-
-	db, err := d.open(dsn, c)
-	if err != nil {
-		return nil, fmt.Errorf("sqlledger: open %s: %w; check sql.dsn", where, err)
-	}
+	d := dialects[c.Driver]
 	db.SetMaxOpenConns(c.MaxOpenConns)
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)

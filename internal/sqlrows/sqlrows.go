@@ -1,5 +1,5 @@
 // Package sqlrows is the engine of the sql_query processor, without
-// Benthos: it opens a SQLite file or a PostgreSQL database, checks the
+// Benthos: it opens a database of sqlledger's dialect table, checks the
 // connection and runs the init statements, and runs one statement, giving
 // the rows it returns as structured values (a list of column-to-value
 // objects).
@@ -9,19 +9,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
-)
-
-// The drivers, as sql_query's `driver` field names them.
-const (
-	SQLite   = "sqlite"
-	Postgres = "postgres"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 )
 
 // Timeout bounds one statement (and the connection check at start):
@@ -31,31 +21,23 @@ const Timeout = 10 * time.Second
 // DB is an open database and what to call it in errors.
 type DB struct {
 	db    *sql.DB
-	Where string // driver and DSN path, e.g. "SQLite file ./data/x.db"
+	Where string // driver and DSN, e.g. "sqlite database ./data/x.db"
 }
 
-// Open opens the database, creating a SQLite file's directory, checks the
-// connection and runs inits in order. Its errors start with "sql_query: ".
+// Open opens the database as dedup_ledger does (sqlledger's dialect table:
+// one opener, one list of drivers), creating a SQLite file's directory,
+// checks the connection and runs inits in order. Its errors start with
+// "sql_query: ".
 func Open(driver, dsn string, inits []string) (*DB, error) {
-	sqlDriver, openDSN := "pgx", dsn
-	d := &DB{Where: "postgres database"}
-	if driver == SQLite {
-		sqlDriver, d.Where = "sqlite", "SQLite file "+dsn
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		openDSN = dsn + sep + "_pragma=busy_timeout(5000)"
-		// Like dedup_ledger: whichever opens the file first creates it.
-		path, _, _ := strings.Cut(dsn, "?")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return nil, fmt.Errorf("sql_query: creating the directory of SQLite file %s: %w", path, err)
-		}
+	c := sqlledger.Config{Driver: sqlledger.Driver(driver), DSN: dsn}
+	if err := sqlledger.MkdirFor(c); err != nil {
+		return nil, fmt.Errorf("sql_query: %w", err)
 	}
-	var err error
-	if d.db, err = sql.Open(sqlDriver, openDSN); err != nil {
-		return nil, fmt.Errorf("sql_query: open %s: %w; check dsn", d.Where, err)
+	db, where, err := sqlledger.OpenDB(c)
+	if err != nil {
+		return nil, fmt.Errorf("sql_query: %w; check dsn", err)
 	}
+	d := &DB{db: db, Where: where}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	if err := d.db.PingContext(ctx); err != nil {

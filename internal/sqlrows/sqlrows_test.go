@@ -13,7 +13,7 @@ import (
 // statement without columns.
 func TestOpenAndQuery(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "q.db")
-	db, err := Open(SQLite, path, []string{
+	db, err := Open("sqlite", path, []string{
 		"CREATE TABLE t (k TEXT, n INTEGER, b BLOB)",
 		"INSERT INTO t VALUES ('a', 1, x'6869'), ('b', 2, NULL)",
 	})
@@ -21,7 +21,7 @@ func TestOpenAndQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if db.Where != "SQLite file "+path {
+	if db.Where != "sqlite database "+path {
 		t.Errorf("Where = %q", db.Where)
 	}
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func TestOpenAndQuery(t *testing.T) {
 }
 
 func TestOpenNamesTheFailingInitStatement(t *testing.T) {
-	_, err := Open(SQLite, filepath.Join(t.TempDir(), "q.db"), []string{"SELECT 1", "NOT SQL"})
+	_, err := Open("sqlite", filepath.Join(t.TempDir(), "q.db"), []string{"SELECT 1", "NOT SQL"})
 	if err == nil || !strings.Contains(err.Error(), "init_statements[1]") {
 		t.Fatalf("Open = %v, want an error naming init_statements[1]", err)
 	}

@@ -34,10 +34,7 @@ const (
 
 func sqlField() *service.ConfigField {
 	return service.NewObjectField(fieldSQL,
-		service.NewStringAnnotatedEnumField(fieldSQLDriver, map[string]string{
-			string(sqlledger.SQLite):   "Embedded SQLite (pure Go, nothing to install). The DSN is a file path.",
-			string(sqlledger.Postgres): "PostgreSQL, for a ledger several consumer instances share.",
-		}).Description("The database.").Default(string(sqlledger.SQLite)),
+		service.NewStringAnnotatedEnumField(fieldSQLDriver, sqlledger.DriverDocs()).Description("The database.").Default(string(sqlledger.SQLite)),
 		service.NewStringField(fieldSQLDSN).
 			Description("For SQLite the database file (WAL, `synchronous=FULL` and a busy timeout are added unless the DSN sets them). For PostgreSQL a `postgres://` URL or `key=value` string; with a primary and standbys, list every host and set `target_session_attrs=read-write`, so that each new connection finds the current primary (see docs/scaling.md for what a failover does). Passwords are redacted in errors and logs.").
 			Example("./data/ledger.db").

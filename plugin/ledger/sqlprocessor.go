@@ -40,7 +40,7 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 		return nil, errors.New("dedup_ledger: internal error: the SQL processor was given no sql config")
 	}
 	if err := sqlledger.MkdirFor(s.sql.pool.Config); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dedup_ledger: %w", err)
 	}
 	p := &sqlProcessor{common: newCommon(s, mgr)}
 	// Benthos gives constructors no context and offers a processor no say

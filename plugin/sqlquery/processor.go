@@ -14,6 +14,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlrows"
 )
 
@@ -23,9 +24,6 @@ const (
 	fieldInit   = "init_statements"
 	fieldQuery  = "query"
 	fieldArgs   = "args_mapping"
-
-	driverSQLite   = sqlrows.SQLite
-	driverPostgres = sqlrows.Postgres
 )
 
 func processorSpec() *service.ConfigSpec {
@@ -38,11 +36,11 @@ Each message runs `+"`query`"+` once, in its own implicit transaction, with the 
 
 This is not part of the delivery guarantee: the statement commits on its own, not with the ledger. For an effect that must happen exactly once, use `+"`dedup_ledger`"+`'s `+"`sql.apply`"+`, which commits the statements with the ledger row; use this processor to read back what they wrote, or for counters where a repeat after a crash does not matter.
 
-SQLite files are opened with a 5 s busy timeout, so a reader waits while a `+"`dedup_ledger`"+` of the same file commits.`).
+A database is opened as `+"`dedup_ledger`"+` opens it: a SQLite file gets WAL, `+"`synchronous=FULL`"+` and a 5 s busy timeout unless the DSN sets them, so a reader waits while a `+"`dedup_ledger`"+` of the same file commits.`).
 		Fields(
-			service.NewStringEnumField(fieldDriver, driverSQLite, driverPostgres).
-				Description("The database: `sqlite` (a file, pure Go) or `postgres`.").
-				Default(driverSQLite),
+			service.NewStringAnnotatedEnumField(fieldDriver, sqlledger.DriverDocs()).
+				Description("The database.").
+				Default(string(sqlledger.SQLite)),
 			service.NewStringField(fieldDSN).
 				Description("The SQLite file path, or a PostgreSQL URL.").
 				Example("./data/consumer.db").Example("postgres://user:pass@127.0.0.1:5432/app"),
