@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,13 +17,16 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
 // storeFile is the broker's bbolt file inside its data directory.
 const storeFile = "broker.db"
 
-// schemaVersion is written to the meta bucket; a file with another version
-// is refused rather than misread.
+// schemaVersion is the store's format, written to the meta bucket; a file
+// with another version is refused rather than misread (a newer one with a
+// *format.NewerError).
 const schemaVersion = "1"
 
 // Buckets of broker.db. Keys that belong to a client start with
@@ -138,6 +142,11 @@ func (h *storeHook) Init(config any) error {
 				return err
 			}
 		case string(v) != schemaVersion:
+			if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
+				if err := format.Check(path, "the embedded broker's store", n, 1); err != nil {
+					return err
+				}
+			}
 			return fmt.Errorf("schema version %q, this build reads %q; use a data directory written by this version", v, schemaVersion)
 		}
 		if k, _ := tx.Bucket(bucketFanout).Cursor().Last(); k != nil {
