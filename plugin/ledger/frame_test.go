@@ -213,4 +213,3 @@ func TestFrameThroughTheLedgerRelayIsEnqueuedOnceEach(t *testing.T) {
 	}
 	lookupKeys(t, path, "ev-1", "ev-2", "ev-3")
 }
-
