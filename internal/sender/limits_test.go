@@ -45,7 +45,7 @@ func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
 	ob := openOutbox(t, 40)
 	w := newWindow(newSizer(16, time.Now()), 5, time.Minute)
 	var s pending
-	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+	if err := w.refill(ob, noSkip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.toks) != 5 {
@@ -53,7 +53,7 @@ func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
 	}
 	s.puback(3) // PUBACKs of e1..e3; their ACKs are still to come
 	readPUBACKs(w)
-	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+	if err := w.refill(ob, noSkip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.toks) != 8 || w.len() != 8 {
@@ -62,7 +62,7 @@ func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
 	// An ACK before its PUBACK (e4): the record is confirmed but still
 	// holds its packet ID until the PUBACK comes.
 	confirm(t, w, "e4")
-	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+	if err := w.refill(ob, noSkip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.toks) != 8 {
@@ -70,7 +70,7 @@ func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
 	}
 	s.puback(5) // e4 and e5
 	readPUBACKs(w)
-	if err := w.refill(ob, noSkip, s.publish, noCorrupt(t)); err != nil {
+	if err := w.refill(ob, noSkip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.toks) != 10 || w.len() != 9 {

@@ -39,7 +39,6 @@ type Options struct {
 	// OutboxPath is the outbox file; "" is direct mode.
 	OutboxPath string
 	Outbox     outbox.Options
-	Encoding   codec.Encoding
 	Metrics    Metrics
 	Log        Logger
 }
@@ -103,6 +102,7 @@ func (out *Output) Encode(id, topic string, raw []byte, extra *mqttmsg.Propertie
 	ev.Retained = retained
 	return ev, out.o.Encoding.CheckSize(ev, topic)
 }
+
 // Start starts the client and the sender (or direct mode) once, in the
 // background: it does not wait for a broker.
 func (out *Output) Start() error {

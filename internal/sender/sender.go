@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -22,10 +23,12 @@ import (
 
 // Config is what the sender needs of the output's configuration.
 type Config struct {
-	Window         int           // records in flight at most (outbox mode); the sizer picks how many below it
-	PublishTimeout time.Duration // wait for a PUBACK (and, direct mode, for a connection)
-	Confirm        Confirmation  // what confirms a record; nil: ByPuback
-	Retained       bool          // the retain flag of outbox records
+	Window         int            // records in flight at most (outbox mode); the sizer picks how many below it
+	PublishTimeout time.Duration  // wait for a PUBACK (and, direct mode, for a connection)
+	Confirm        Confirmation   // what confirms a record; nil: ByPuback
+	Retained       bool           // the retain flag of outbox records
+	Encoding       codec.Encoding // how records are encoded (what a frame unpacks them from)
+	Pack           Pack           // records per PUBLISH (outbox mode)
 	Retry          backoff.Backoff
 	// RequireSubscribers sets Publication.RequireSubscribers: on MQTT 5 a
 	// PUBACK 0x10 (no matching subscribers) fails the publish, so the
@@ -167,19 +170,27 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 	defer timer.Stop()
 	shown, held := -1, false
 
+	// A record leaves the outbox only when the publish that carried it,
+	// alone or in a frame, is confirmed: all of a frame's records at once.
 	confirm := func(f *flight, now time.Time) {
 		w.remove(f, now)
-		sd.ignored.confirmed(f.rec.EventID)
-		sd.removal.add(f.rec.Seq)
-		sd.m.OnConfirmed(time.Since(f.sentAt))
-		sd.events.OnEventConfirmed(f.rec.EventID)
+		sd.ignored.confirmed(f.id)
+		latency := time.Since(f.sentAt)
+		for _, r := range f.recs {
+			sd.removal.add(r.Seq)
+			sd.m.OnConfirmed(latency)
+			sd.events.OnEventConfirmed(r.EventID)
+		}
 		progress = true
 	}
-	publish := func(r outbox.Record) Token {
-		tok := conn.PublishAsync(recordPublication(r, sd.s))
-		sd.m.OnPublished()
-		sd.events.OnEventPublished(r.EventID)
-		return tok
+	publish := func(recs []outbox.Record) (int, string, Token) {
+		n, id, pub := sd.packed(recs)
+		tok := conn.PublishAsync(pub)
+		for _, r := range recs[:n] {
+			sd.m.OnPublished()
+			sd.events.OnEventPublished(r.EventID)
+		}
+		return n, id, tok
 	}
 	onCorrupt := func(err *outbox.CorruptRecordError) {
 		// Leave it in place for an operator; skipping it is the only way
@@ -228,7 +239,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 					continue // its ACK came first: nothing to learn from the PUBACK
 				}
 				if err := f.tok.Error(); err != nil {
-					return progress, publishFailed(sd.m, f.rec.EventID, f.rec.Topic, err)
+					return progress, publishFailed(sd.m, f.id, f.rec.Topic, err)
 				}
 				if sd.s.confirm().pubackConfirms() {
 					confirm(f, now)
@@ -246,7 +257,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		case <-sd.ob.Appended():
 		case <-timeout:
 			f := w.oldest()
-			return progress, fmt.Errorf("no %s for event %s within %s", what, f.rec.EventID, wait)
+			return progress, fmt.Errorf("no %s for %s within %s", what, f.name(), wait)
 		}
 	}
 }
@@ -254,7 +265,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 // effectiveWindow is how many records may be unconfirmed now (see
 // Confirmation.limit).
 func (sd *Sender) effectiveWindow(w *window) int {
-	return sd.s.confirm().limit(w.sz.limit(), w.pubackMax)
+	return sd.s.confirm().limit(w.sz.limit(), w.pubackMax*max(1, sd.s.Pack.MaxEvents))
 }
 
 // confirm is the Confirmation, ByPuback when none is set.

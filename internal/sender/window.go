@@ -3,6 +3,7 @@ package sender
 import (
 	"container/list"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
@@ -22,9 +23,12 @@ func tokenDone(tok Token) bool {
 	}
 }
 
-// flight is a published record awaiting its confirmation.
+// flight is one publish awaiting its confirmation: a record, or a frame of
+// consecutive records (internal/frame), confirmed together.
 type flight struct {
-	rec      outbox.Record
+	id       string          // what its confirmation names: the event ID, or the frame's ID
+	rec      outbox.Record   // the oldest of recs
+	recs     []outbox.Record // in outbox order
 	tok      Token
 	sentAt   time.Time
 	deadline time.Time
@@ -33,18 +37,37 @@ type flight struct {
 	done     bool // confirmed: an end-to-end ACK can come before its PUBACK is read
 }
 
+// name is what errors call f: its event, or its frame and first event.
+func (f *flight) name() string {
+	if len(f.recs) == 1 {
+		return "event " + f.id
+	}
+	return fmt.Sprintf("frame %s (%d events from %s)", f.id, len(f.recs), f.rec.EventID)
+}
+
 // source is where a window reads records, oldest first: the outbox.
 type source interface {
 	Read(afterSeq uint64, max int) ([]outbox.Record, error)
+}
+
+// publisher publishes the next of recs (at least one, in outbox order):
+// n of them in one PUBLISH, and the ID its confirmation will name.
+type publisher func(recs []outbox.Record) (n int, id string, tok Token)
+
+// one is the publisher of one record per PUBLISH, named by its event ID.
+func one(publish func(outbox.Record) Token) publisher {
+	return func(recs []outbox.Record) (int, string, Token) { return 1, recs[0].EventID, publish(recs[0]) }
 }
 
 // window is what one session has published and not yet seen confirmed.
 //
 // Invariants, enforced here:
 //   - records enter in outbox (FIFO) order and at most the sizer's limit
-//     are in it, of which at most pubackMax await their PUBACK (the
-//     server's Receive Maximum: with end_to_end a record the broker has
-//     PUBACKed holds no packet ID while it waits for its ACK);
+//     of records (events, whether packed or not) are in it, in publishes
+//     of which at most pubackMax await their PUBACK (the server's Receive
+//     Maximum counts publishes, a frame as one; with end_to_end a publish
+//     the broker has PUBACKed holds no packet ID while it waits for its
+//     ACK);
 //   - a new window starts from the oldest record of the outbox, so after a
 //     failed session every unconfirmed record is sent again, oldest first,
 //     and a newer record never overtakes an older one;
@@ -57,6 +80,7 @@ type window struct {
 	pubackMax int
 	wait      time.Duration // how long a flight waits for its confirmation
 	inflight  *list.List    // of *flight, oldest first
+	records   int           // records in inflight's flights
 	byID      map[string]*flight
 	cursor    uint64 // Seq of the last record read; 0 = from the oldest
 	// unread are the flights whose publish token has not been read yet, in
@@ -84,25 +108,29 @@ func pubackLimit(l mqttclient.ServerLimits) int {
 	return int(mqttclient.NoLimits.ReceiveMaximum)
 }
 
-// room is how many more records may be published now.
-func (w *window) room() int {
+// room is how many more records may be published now, and in how many
+// more publishes.
+func (w *window) room() (records, publishes int) {
 	w.trimUnread()
-	return min(w.sz.limit()-w.len(), w.pubackMax-len(w.unread))
+	return w.sz.limit() - w.len(), w.pubackMax - len(w.unread)
 }
 
 // len is the number of records in flight.
-func (w *window) len() int { return w.inflight.Len() }
+func (w *window) len() int { return w.records }
 
 // refill reads from src after the cursor and publishes records until the
 // window is full or src has no more. skip reports records confirmed but not
-// yet removed; publish sends one record. A record that cannot be decoded is
-// passed to onCorrupt and stepped over (it stays in the outbox); any other
-// read error ends the refill.
-func (w *window) refill(src source, skip func(seq uint64) bool, publish func(outbox.Record) Token, onCorrupt func(*outbox.CorruptRecordError)) error {
+// yet removed; publish sends the next records, one or a frame of them. A
+// record that cannot be decoded is passed to onCorrupt and stepped over (it
+// stays in the outbox); any other read error ends the refill.
+//
+// A frame takes what is waiting now, never waits to fill: a record read
+// alone is published alone.
+func (w *window) refill(src source, skip func(seq uint64) bool, publish publisher, onCorrupt func(*outbox.CorruptRecordError)) error {
 	for {
-		n := w.room()
-		if n <= 0 {
-			w.heldByServer = w.heldByServer || len(w.unread) >= w.pubackMax && w.len() < w.sz.limit()
+		n, pubs := w.room()
+		if n <= 0 || pubs <= 0 {
+			w.heldByServer = w.heldByServer || pubs <= 0 && w.len() < w.sz.limit()
 			return nil
 		}
 		recs, err := src.Read(w.cursor, n)
@@ -110,26 +138,44 @@ func (w *window) refill(src source, skip func(seq uint64) bool, publish func(out
 		if err != nil && !errors.As(err, &corrupt) {
 			return err
 		}
-		for _, r := range recs { // with a corrupt record: those before it
-			w.cursor = r.Seq
+		read := len(recs)
+		var pending []outbox.Record // read, not confirmed already: to publish
+		for _, r := range recs {    // with a corrupt record: those before it
 			if skip(r.Seq) {
+				if len(pending) == 0 {
+					w.cursor = r.Seq
+				}
 				continue
 			}
+			pending = append(pending, r)
+		}
+		for len(pending) > 0 && pubs > 0 {
+			k, id, tok := publish(pending)
 			now := time.Now()
-			f := &flight{rec: r, sentAt: now, deadline: now.Add(w.wait), mark: w.sz.sent()}
+			f := &flight{id: id, rec: pending[0], recs: pending[:k:k], tok: tok, sentAt: now, deadline: now.Add(w.wait), mark: w.sz.sent()}
 			f.elem = w.inflight.PushBack(f)
-			w.byID[r.EventID] = f
-			f.tok = publish(r)
+			w.records += k
+			w.byID[id] = f
 			w.unread = append(w.unread, f)
+			w.cursor = pending[k-1].Seq
+			pending = pending[k:]
+			pubs--
+		}
+		if len(pending) > 0 {
+			// Out of publishes: the rest is read again at the next refill.
+			continue
 		}
 		if corrupt != nil {
 			onCorrupt(corrupt)
 			w.cursor = corrupt.Seq
 			continue
 		}
-		if len(recs) == 0 {
+		if read == 0 {
 			w.sz.appLimited(w.len()) // the outbox ran dry below the limit
 			return nil
+		}
+		if len(recs) > 0 && w.cursor < recs[len(recs)-1].Seq {
+			w.cursor = recs[len(recs)-1].Seq // skipped ones at the end
 		}
 	}
 }
@@ -142,16 +188,20 @@ func (w *window) oldest() *flight {
 	return nil
 }
 
-// lookup returns the flight of event id, or nil.
+// lookup returns the flight whose confirmation names id, or nil.
 func (w *window) lookup(id string) *flight { return w.byID[id] }
 
 // remove takes a flight confirmed at now out, making room for the next
-// record, and tells the sizer.
+// records, and tells the sizer of each of its records: the window counts
+// records, whether they travel alone or in frames.
 func (w *window) remove(f *flight, now time.Time) {
 	w.inflight.Remove(f.elem)
-	delete(w.byID, f.rec.EventID)
+	delete(w.byID, f.id)
 	f.done = true
-	w.sz.confirmed(now, f.sentAt, f.mark, w.len())
+	for range f.recs {
+		w.records--
+		w.sz.confirmed(now, f.sentAt, f.mark, w.len())
+	}
 }
 
 // trimUnread drops the confirmed flights at the front of unread whose

@@ -58,7 +58,7 @@ func noCorrupt(t *testing.T) func(*outbox.CorruptRecordError) {
 
 func refill(t *testing.T, w *window, ob *outbox.Outbox, skip func(uint64) bool, s *sent) {
 	t.Helper()
-	if err := w.refill(ob, skip, s.publish, noCorrupt(t)); err != nil {
+	if err := w.refill(ob, skip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)
 	}
 }

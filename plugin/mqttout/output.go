@@ -50,6 +50,10 @@ const (
 	fieldMessageExpiry   = "message_expiry"
 	fieldRequireSubs     = "require_subscribers"
 	fieldBatching        = "batching"
+	fieldPack            = "pack"
+	fieldPackMaxEvents   = "max_events"
+	fieldPackMaxBytes    = "max_bytes"
+	fieldPackCompression = "compression"
 
 	confirmBroker      = "broker"
 	confirmEndToEnd    = "end_to_end"
@@ -157,6 +161,7 @@ Every field and option applies to both protocol versions unless its description 
 			service.NewDurationField(fieldStatsInterval).
 				Description("Log a line with the number of published, confirmed and pending records this often. `0s` turns it off; the same figures are always available as metrics.").
 				Default("0s").Advanced(),
+			packField(),
 			service.NewOutputMaxInFlightField().Default(64),
 			service.NewBatchPolicyField(fieldBatching).
 				Description("Hand the output messages in batches: with the outbox on, one batch is appended in the transactions of one group commit, so more records share each fsync (see docs/performance.md). A message is still acknowledged only after the fsync that covers it. In direct mode the messages of a batch are published concurrently. Off by default (every message is its own batch)."),
@@ -194,6 +199,7 @@ let v5 = this.protocol_version.or("3.1.1") == "5"
 let e2e = this.confirm.or("broker") == "end_to_end"
 let outbox = this.outbox.enabled.or(true)
 let retained = this.retained.or("false").string()
+let packed = this.pack.max_events.or(1) > 1
 let v5only = [
   if this.envelope.or("") == "properties" { "envelope: properties" },
   if this.user_properties.or({}).length() > 0 { "user_properties" },
@@ -213,6 +219,9 @@ root = [
   if !$e2e && (this.ack_auth_key.or("") != "" || !["[]", "null"].contains(this.ack_auth_keys.or([]).string())) { "ack_auth_key applies to confirm: end_to_end only (confirm: broker receives no ACKs)" },
   if this.user_properties.or({}).keys().contains("event_id") { "user_properties: \"event_id\" is reserved for envelope: properties" },
   if this.user_properties.or({}).keys().contains("destination_topic") { "user_properties: \"destination_topic\" is reserved for envelope: properties" },
+  if $packed && !$e2e && this.envelope.or("none") == "none" { "pack: with confirm: broker and envelope: none any subscriber reads the topic, and a plain subscriber cannot read frames; use envelope: delivery or properties, or confirm: end_to_end" },
+  if $packed && !$outbox { "pack needs the outbox: in direct mode each write is published by itself" },
+  if $packed && (this.content_type.or("") != "" || this.message_expiry.or("") != "") { "pack: a frame carries user properties only; content_type and message_expiry need pack.max_events: 1" },
 ].filter(v -> v != null)
 `
 
@@ -368,6 +377,14 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	o.Retained = s.retainedConst
+	if o.Pack, err = parsePack(conf, maxPayloadBytes); err != nil {
+		return s, err
+	}
+	if o.Pack.MaxEvents > 1 {
+		if err := checkPackable(o, s.v5); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 

@@ -1,0 +1,76 @@
+package sender
+
+import (
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+)
+
+// Pack is how many consecutive records one PUBLISH may carry as a frame
+// (internal/frame). MaxEvents 1 (or 0) is no packing: every record is
+// published alone, in exactly the bytes it would have without frames.
+type Pack struct {
+	MaxEvents   int    // records per frame at most
+	MaxBytes    int    // frame bytes (before compression) at most; a record larger still rides alone
+	Compression string // frame.None or frame.Zstd
+}
+
+// DefaultPackMaxBytes is pack.max_bytes's default.
+const DefaultPackMaxBytes = 64 << 10
+
+// on reports whether frames are sent at all.
+func (p Pack) on() bool { return p.MaxEvents > 1 }
+
+// frameOverhead bounds the bytes a frame adds to an event beyond its ID,
+// topic, properties, trace context and payload: the length prefixes.
+const frameOverhead = 8 * 5
+
+// packed is the next publish of the records at the front of a window's
+// pending ones: a frame of as many as fit, or the first alone (as it is,
+// never a frame of one). It never waits for more records: it packs what
+// is there. Records for another topic than the first's, or that cannot
+// ride in a frame, end the frame before them.
+func (sd *Sender) packed(recs []outbox.Record) (n int, id string, pub mqttmsg.Publication) {
+	p := sd.s.Pack
+	alone := func() (int, string, mqttmsg.Publication) {
+		return 1, recs[0].EventID, recordPublication(recs[0], sd.s)
+	}
+	if !p.on() || len(recs) < 2 {
+		return alone()
+	}
+	events := make([]frame.Event, 0, min(len(recs), p.MaxEvents))
+	var topic string
+	size := 0
+	for _, r := range recs[:min(len(recs), p.MaxEvents)] {
+		fe, t, err := sd.s.Encoding.FrameEvent(r.Event)
+		if err != nil || (len(events) > 0 && t != topic) {
+			break
+		}
+		sz := eventSize(fe)
+		if len(events) > 0 && size+sz > p.MaxBytes {
+			break
+		}
+		events, topic, size = append(events, fe), t, size+sz
+	}
+	if len(events) < 2 {
+		return alone()
+	}
+	b, fid, err := frame.Encode(events, frame.Options{Compression: p.Compression})
+	if err != nil {
+		return alone() // an event no frame can carry goes as it is
+	}
+	ev := mqttmsg.Event{EventID: fid, Topic: topic, Payload: b, Retained: sd.s.Retained}
+	return len(events), fid, publication(ev, sd.s)
+}
+
+// eventSize is about what fe takes in a frame's body.
+func eventSize(fe frame.Event) int {
+	n := len(fe.ID) + len(fe.Topic) + len(fe.Payload) + frameOverhead
+	for _, p := range fe.Properties {
+		n += len(p.Key) + len(p.Value)
+	}
+	for k, v := range fe.Trace {
+		n += len(k) + len(v)
+	}
+	return n
+}
