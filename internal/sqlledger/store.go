@@ -200,7 +200,12 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	}
 	check := s.createSchema
 	if !create {
-		check = s.checkColumns
+		check = func(ctx context.Context) error {
+			if err := s.checkFormat(ctx, false); err != nil {
+				return err
+			}
+			return s.checkColumns(ctx)
+		}
 	}
 	if err := check(cctx); err != nil {
 		db.Close()
@@ -229,6 +234,9 @@ func (s *Store) ExecSetup(ctx context.Context, q string) error {
 }
 
 func (s *Store) createSchema(ctx context.Context) error {
+	if err := s.markFormat(ctx); err != nil {
+		return err
+	}
 	create := func(q string) error { return s.ExecSetup(ctx, q) }
 	if err := create(fmt.Sprintf(s.d.createSQL, s.table)); err != nil {
 		return fmt.Errorf("create ledger table %s: %w", s.cfg.Table, err)
