@@ -15,7 +15,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
-	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 const (
@@ -236,7 +236,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, err
 		}
 	}
-	dup, err := mqttconf.FieldEnum(conf, fieldOnDuplicate, duplicateDrop, duplicateFlag)
+	dup, err := conffield.FieldEnum(conf, fieldOnDuplicate, duplicateDrop, duplicateFlag)
 	if err != nil {
 		return s, err
 	}
@@ -247,7 +247,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.retention < 0 {
 		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
 	}
-	mode, err := mqttconf.FieldEnum(conf, fieldCommit, commitAuto, commitImmediate)
+	mode, err := conffield.FieldEnum(conf, fieldCommit, commitAuto, commitImmediate)
 	if err != nil {
 		return s, err
 	}
@@ -258,7 +258,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.waitTimeout <= 0 {
 		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
 	}
-	verify, err := mqttconf.FieldEnum(conf, fieldVerify, boltfile.VerifyValues...)
+	verify, err := conffield.FieldEnum(conf, fieldVerify, boltfile.VerifyValues...)
 	if err != nil {
 		return s, err
 	}

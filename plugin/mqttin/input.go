@@ -53,6 +53,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/tracing"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
@@ -171,7 +172,7 @@ Every field and option applies to both protocol versions unless its description 
 			service.NewDurationField(fieldAckPublishTimeout).
 				Description("How long to wait for the broker's PUBACK of an end-to-end ACK before counting the message as rejected.").
 				Default("5s").Advanced(),
-			mqttconf.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
+			conffield.BackoffField(fieldRetry, "Delay before a rejected message is delivered again; it doubles with each rejection of the same message.", "100ms", "5s"),
 		).
 		LintRule(inputLintRule).
 		Example("Persistent consumer", "Consume commands; nothing is acknowledged before the output succeeded.", `
@@ -295,7 +296,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
 	}
-	if s.envelope, err = mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
+	if s.envelope, err = conffield.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
 		return s, err
 	}
 	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
@@ -306,7 +307,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	// Receive Maximum: as many unacknowledged messages as can wait here.
 	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
-	onMalformed, err := mqttconf.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
+	onMalformed, err := conffield.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
 	if err != nil {
 		return s, err
 	}
@@ -335,7 +336,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
 		return s, err
 	}
-	if s.retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
+	if s.retry, err = conffield.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
 	if s.ackPublishTimeout <= 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
 )
 
@@ -154,7 +155,7 @@ Every field and option applies to both protocol versions unless its description 
 			service.NewDurationField(fieldPublishTimeout).
 				Description("How long to wait for a PUBACK before resending from the oldest unconfirmed message (direct mode: before failing the write).").
 				Default("5s"),
-			mqttconf.BackoffField(fieldRetry, "Delay before resending from the oldest unconfirmed message after a failure.", "100ms", "10s"),
+			conffield.BackoffField(fieldRetry, "Delay before resending from the oldest unconfirmed message after a failure.", "100ms", "10s"),
 			service.NewIntField(fieldMaxPayloadBytes).
 				Description("Writes whose published payload would exceed this many bytes fail with an error instead of being stored.").
 				Default(1<<20).Advanced(),
@@ -276,12 +277,12 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, fmt.Errorf("topic %q: %w", raw, err)
 		}
 	}
-	confirm, err := mqttconf.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
+	confirm, err := conffield.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
 	if err != nil {
 		return s, err
 	}
 	endToEnd := confirm == confirmEndToEnd
-	env, err := mqttconf.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
+	env, err := conffield.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
 	if err != nil {
 		return s, err
 	}
@@ -334,33 +335,33 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if !outboxOn {
 		o.OutboxPath = "" // direct mode
 	}
-	if o.Outbox.MaxPending, err = mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxCount); err != nil {
+	if o.Outbox.MaxPending, err = conffield.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxCount); err != nil {
 		return s, err
 	}
-	maxBytes, err := mqttconf.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxBytes)
+	maxBytes, err := conffield.FieldIntIn(conf, 0, math.MaxInt, fieldOutbox, fieldOutboxMaxBytes)
 	if err != nil {
 		return s, err
 	}
 	o.Outbox.MaxPendingBytes = int64(maxBytes)
-	verify, err := mqttconf.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
+	verify, err := conffield.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
 	if err != nil {
 		return s, fmt.Errorf("outbox.%w", err)
 	}
 	o.Outbox.Verify = boltfile.Verify(verify)
-	if o.Window, err = mqttconf.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
+	if o.Window, err = conffield.FieldIntIn(conf, 1, math.MaxInt, fieldWindow); err != nil {
 		return s, err
 	}
-	ackTimeout, err := mqttconf.FieldPositiveDuration(conf, fieldAckTimeout)
+	ackTimeout, err := conffield.FieldPositiveDuration(conf, fieldAckTimeout)
 	if err != nil {
 		return s, err
 	}
-	if o.PublishTimeout, err = mqttconf.FieldPositiveDuration(conf, fieldPublishTimeout); err != nil {
+	if o.PublishTimeout, err = conffield.FieldPositiveDuration(conf, fieldPublishTimeout); err != nil {
 		return s, err
 	}
-	if o.Retry, err = mqttconf.ParseBackoff(conf, fieldRetry); err != nil {
+	if o.Retry, err = conffield.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
 	}
-	maxPayloadBytes, err := mqttconf.FieldIntIn(conf, 1, maxMQTTPayload, fieldMaxPayloadBytes)
+	maxPayloadBytes, err := conffield.FieldIntIn(conf, 1, maxMQTTPayload, fieldMaxPayloadBytes)
 	if err != nil {
 		return s, err
 	}

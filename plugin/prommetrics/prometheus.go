@@ -12,7 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/promexport"
-	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 const (
@@ -102,7 +102,7 @@ func newExporter(conf *service.ParsedConfig, log *service.Logger) (service.Metri
 	if c.PushGrouping, err = conf.FieldStringMap(fieldPushGrouping); err != nil {
 		return nil, err
 	}
-	naming, err := mqttconf.FieldEnum(conf, fieldNaming, namingBenthos, namingPrometheus)
+	naming, err := conffield.FieldEnum(conf, fieldNaming, namingBenthos, namingPrometheus)
 	if err != nil {
 		return nil, fmt.Errorf("prometheus: %w", err)
 	}

@@ -108,3 +108,17 @@ func TestClientLinksNoBroker(t *testing.T) {
 		}
 	}
 }
+
+// The Prometheus exporter and dedup_ledger have nothing to do with MQTT:
+// they link no MQTT client, neither paho nor mochi (their generic spec
+// helpers are plugin/internal/conffield, not mqttconf).
+func TestExporterAndLedgerLinkNoMQTT(t *testing.T) {
+	for _, pkg := range []string{"plugin/prommetrics", "plugin/ledger", "plugin/internal/conffield"} {
+		for _, d := range deps(t, pkg) {
+			if strings.HasPrefix(d, "github.com/eclipse/paho") || strings.HasPrefix(d, "github.com/mochi-mqtt/") ||
+				d == module+"internal/mqttclient" || d == module+"internal/embedded" || d == module+"plugin/internal/mqttconf" {
+				t.Errorf("%s links %s: it needs no MQTT client", pkg, d)
+			}
+		}
+	}
+}

@@ -9,9 +9,7 @@ package mqttconf
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -19,6 +17,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/benthoslog"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 // Field names shared by every MQTT component of reliable-mqtt. They match the
@@ -68,7 +67,7 @@ func ConnectionFields() []*service.ConfigField {
 			service.NewIntField(FieldWillQoS).Description("QoS of the last will.").Default(0),
 			service.NewBoolField(FieldWillRetained).Description("Whether the last will is retained.").Default(false),
 		).Description("A last-will message the broker publishes when this client's connection dies without a clean disconnect.").Advanced(),
-		BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
+		conffield.BackoffField(FieldReconnect, "Delay between connection attempts. The client reconnects by itself forever; connectivity shows in logs and metrics.", "250ms", "10s"),
 		// A plain string, not an enum field: Benthos's linter reads an
 		// option with dots as a path, so it would refuse "3.1.1".
 		service.NewStringField(FieldProtocol).
@@ -107,10 +106,10 @@ func ParseConfig(pc *service.ParsedConfig) (mqttclient.Config, error) {
 	if c.ConnectTimeout, err = pc.FieldDuration(FieldConnectTimeout); err != nil {
 		return c, err
 	}
-	if c.Reconnect, err = ParseBackoff(pc, FieldReconnect); err != nil {
+	if c.Reconnect, err = conffield.ParseBackoff(pc, FieldReconnect); err != nil {
 		return c, err
 	}
-	if c.ProtocolVersion, err = FieldEnum(pc, FieldProtocol, mqttclient.V311, mqttclient.V5); err != nil {
+	if c.ProtocolVersion, err = conffield.FieldEnum(pc, FieldProtocol, mqttclient.V311, mqttclient.V5); err != nil {
 		return c, err
 	}
 	c.SessionExpiry = mqttclient.SessionExpiryDefault
@@ -169,20 +168,6 @@ func parseKeepAlive(pc *service.ParsedConfig) (time.Duration, error) {
 		return time.Duration(secs) * time.Second, nil
 	}
 	return pc.FieldDuration(FieldKeepAlive)
-}
-
-// FieldEnum reads a string field that must be one of valid. The linter
-// checks enum fields too, but `--chilled` and programmatic configs skip the
-// linter: a typo must not silently run as the default.
-func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, error) {
-	v, err := pc.FieldString(name)
-	if err != nil {
-		return "", err
-	}
-	if !slices.Contains(valid, v) {
-		return "", fmt.Errorf("%s: %q is not one of %s", name, v, strings.Join(valid, ", "))
-	}
-	return v, nil
 }
 
 // ClientStarter starts the client of a component that logs through log,

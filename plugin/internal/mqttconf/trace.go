@@ -2,6 +2,7 @@ package mqttconf
 
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 // The trace context setting both plugins take: the same name and values on
@@ -24,6 +25,6 @@ func TraceContextField(use string) *service.ConfigField {
 
 // ParseTraceContext reports whether trace_context is envelope.
 func ParseTraceContext(pc *service.ParsedConfig) (bool, error) {
-	v, err := FieldEnum(pc, FieldTraceContext, TraceContextProperties, TraceContextEnvelope)
+	v, err := conffield.FieldEnum(pc, FieldTraceContext, TraceContextProperties, TraceContextEnvelope)
 	return v == TraceContextEnvelope, err
 }

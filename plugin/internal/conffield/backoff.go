@@ -1,4 +1,4 @@
-package mqttconf
+package conffield
 
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"

@@ -1,8 +1,13 @@
-package mqttconf
+// Package conffield holds spec-field helpers of any component, none about
+// MQTT: an enum read strictly, an int in a range, a positive duration, a
+// doubling backoff. The MQTT plugins, dedup_ledger and the Prometheus
+// exporter share them; it links no MQTT client.
+package conffield
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,4 +47,18 @@ func FieldPositiveDuration(pc *service.ParsedConfig, path ...string) (time.Durat
 		return 0, fmt.Errorf("%s must be positive, got %s", strings.Join(path, "."), d)
 	}
 	return d, nil
+}
+
+// FieldEnum reads a string field that must be one of valid. The linter
+// checks enum fields too, but `--chilled` and programmatic configs skip the
+// linter: a typo must not silently run as the default.
+func FieldEnum(pc *service.ParsedConfig, name string, valid ...string) (string, error) {
+	v, err := pc.FieldString(name)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(valid, v) {
+		return "", fmt.Errorf("%s: %q is not one of %s", name, v, strings.Join(valid, ", "))
+	}
+	return v, nil
 }
