@@ -7,7 +7,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sender"
-	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/mqttconf"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 func packField() *service.ConfigField {
@@ -27,14 +27,14 @@ func packField() *service.ConfigField {
 
 // parsePack reads pack; its bytes never exceed max_payload_bytes.
 func parsePack(conf *service.ParsedConfig, maxPayloadBytes int) (p sender.Pack, err error) {
-	if p.MaxEvents, err = mqttconf.FieldIntIn(conf, 1, frame.MaxEvents, fieldPack, fieldPackMaxEvents); err != nil {
+	if p.MaxEvents, err = conffield.FieldIntIn(conf, 1, frame.MaxEvents, fieldPack, fieldPackMaxEvents); err != nil {
 		return p, err
 	}
-	if p.MaxBytes, err = mqttconf.FieldIntIn(conf, 1, frame.MaxDecodedBytes, fieldPack, fieldPackMaxBytes); err != nil {
+	if p.MaxBytes, err = conffield.FieldIntIn(conf, 1, frame.MaxDecodedBytes, fieldPack, fieldPackMaxBytes); err != nil {
 		return p, err
 	}
 	p.MaxBytes = min(p.MaxBytes, maxPayloadBytes)
-	p.Compression, err = mqttconf.FieldEnum(conf.Namespace(fieldPack), fieldPackCompression, frame.None, frame.Zstd)
+	p.Compression, err = conffield.FieldEnum(conf.Namespace(fieldPack), fieldPackCompression, frame.None, frame.Zstd)
 	return p, err
 }
 
