@@ -16,6 +16,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
@@ -147,7 +148,7 @@ func (sd *Sender) Run(ctx context.Context) {
 		failures++
 		delay := sd.s.Retry.After(failures)
 		sd.m.OnRetried()
-		if outbox.IsDamaged(err) {
+		if outbox.IsDamaged(err) || format.IsNewer(err) { // no resend helps
 			sd.log.Errorf("Outbox %s: %v", sd.ob.Path(), err)
 		} else {
 			sd.log.Warnf("Outbox %s: %v; resending from the oldest unconfirmed record in %s", sd.ob.Path(), err, delay)
