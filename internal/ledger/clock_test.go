@@ -14,10 +14,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
-var (
-	day2of1970 = time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC)
-	today      = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-)
+var day2of1970, today = ledgerclock.Day2of1970, ledgerclock.Today
 
 // openClocked opens a ledger with retention 1h whose expirer does not run
 // by itself (the test runs it: expireDue).
@@ -48,29 +45,37 @@ func expireRun(t *testing.T, l *Ledger) int64 {
 	return l.Stats().Keys
 }
 
-// A wall clock stepped between runs (1970 to today, today to 1970) or
+// keptThenGone lets kept pass, which brings the keys a minute short of
+// retention (1h): all n are still there, and a copy of key is a duplicate;
+// 2 min later none is.
+func keptThenGone(t *testing.T, l *Ledger, f *ledgerclock.Fake, kept time.Duration, n int64, key claims.Key) {
+	t.Helper()
+	f.Pass(kept)
+	if got := expireRun(t, l); got != n {
+		t.Fatalf("a minute before retention: %d keys left, want %d", got, n)
+	}
+	if _, v := claimT(t, l, key, "p"); v != claims.Duplicate {
+		t.Fatalf("a copy of %s a minute before retention: %v, want duplicate", key, v)
+	}
+	f.Pass(2 * time.Minute)
+	if got := expireRun(t, l); got != 0 {
+		t.Fatalf("a minute after retention: %d keys left, want 0", got)
+	}
+}
+
+// A wall clock stepped between runs (ledgerclock.StepCases) or
 // during a run never expires a key early, and keys still expire after
 // retention of observed time.
 func TestClockStepsNeverExpireKeysEarly(t *testing.T) {
-	for _, tc := range []struct {
-		name          string
-		start, stepTo time.Time
-		duringRun     bool
-	}{
-		{"1970 to today between runs", day2of1970, today, false},
-		{"1970 to today during a run", day2of1970, today, true},
-		{"today to 1970 between runs", today, time.Unix(0, 0), false},
-		{"today to 1970 during a run", today, time.Unix(0, 0), true},
-		{"today to 2100 between runs", today, today.AddDate(74, 0, 0), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range ledgerclock.StepCases {
+		t.Run(tc.Name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			f := ledgerclock.NewFake(tc.start)
+			f := ledgerclock.NewFake(tc.Start)
 			l := openClocked(t, path, f)
 			applyKeys(t, l, 50)
 			f.Pass(10 * time.Minute)
-			if tc.duringRun {
-				f.Step(tc.stepTo)
+			if tc.DuringRun {
+				f.Step(tc.To)
 				if n := expireRun(t, l); n != 50 {
 					t.Fatalf("after the step: %d keys left, want 50", n)
 				}
@@ -78,23 +83,13 @@ func TestClockStepsNeverExpireKeysEarly(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			f.Step(tc.stepTo)
+			f.Step(tc.To)
 			f.Down(3 * time.Hour) // the process was down; that time is not observed
 			l = openClocked(t, path, f)
 			if n := expireRun(t, l); n != 50 {
 				t.Fatalf("reopened after the step: %d keys left, want 50", n)
 			}
-			f.Pass(49 * time.Minute) // 59 min observed in all
-			if n := expireRun(t, l); n != 50 {
-				t.Fatalf("59 min observed: %d keys left, want 50", n)
-			}
-			if _, v := claimT(t, l, claims.Key{Namespace: "clock", ID: "7"}, "p"); v != claims.Duplicate {
-				t.Fatalf("a copy at 59 min: %v, want duplicate", v)
-			}
-			f.Pass(2 * time.Minute) // 61 min
-			if n := expireRun(t, l); n != 0 {
-				t.Fatalf("61 min observed: %d keys left, want 0", n)
-			}
+			keptThenGone(t, l, f, 49*time.Minute, 50, claims.Key{Namespace: "clock", ID: "7"}) // 59 min observed in all
 		})
 	}
 }
@@ -122,14 +117,7 @@ func TestKeysStampedByAnotherClockExpireAfterRetentionFromOpen(t *testing.T) {
 			if n := expireRun(t, l); n != 20 {
 				t.Fatalf("at open: %d keys left, want 20", n)
 			}
-			f.Pass(59 * time.Minute)
-			if n := expireRun(t, l); n != 20 {
-				t.Fatalf("59 min observed: %d keys left, want 20", n)
-			}
-			f.Pass(2 * time.Minute)
-			if n := expireRun(t, l); n != 0 {
-				t.Fatalf("61 min observed: %d keys left, want 0", n)
-			}
+			keptThenGone(t, l, f, 59*time.Minute, 20, claims.Key{Namespace: "old", ID: "3"})
 		})
 	}
 }
@@ -184,14 +172,7 @@ func TestStampsAheadOfTheStoredClockRestartIt(t *testing.T) {
 	}
 	stampRaw(t, path, today, 5, false) // the old build ran with today's wall clock
 	l = openClocked(t, path, f)
-	f.Pass(59 * time.Minute)
-	if n := expireRun(t, l); n != 10 {
-		t.Fatalf("59 min observed: %d keys left, want 10", n)
-	}
-	f.Pass(2 * time.Minute)
-	if n := expireRun(t, l); n != 0 {
-		t.Fatalf("61 min observed: %d keys left, want 0", n)
-	}
+	keptThenGone(t, l, f, 59*time.Minute, 10, claims.Key{Namespace: "old", ID: "3"})
 }
 
 // The stored reading is never behind a stamp, so a process that dies

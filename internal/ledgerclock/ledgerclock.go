@@ -90,35 +90,3 @@ func (c *Clock) Set(v int64) {
 func Start(src Source, newest int64) int64 {
 	return max(src.OrSystem().Wall().UnixNano(), newest)
 }
-
-// Fake is a wall clock a test steps and a monotonic clock it advances.
-type Fake struct {
-	mu   sync.Mutex
-	wall time.Time
-	mono time.Duration
-}
-
-// NewFake returns a Fake whose wall clock reads wall.
-func NewFake(wall time.Time) *Fake { return &Fake{wall: wall} }
-
-// Source reads f.
-func (f *Fake) Source() Source {
-	return Source{
-		Wall: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.wall },
-		Mono: func() time.Duration { f.mu.Lock(); defer f.mu.Unlock(); return f.mono },
-	}
-}
-
-// Step sets the wall clock to to; the monotonic clock does not move.
-func (f *Fake) Step(to time.Time) { f.mu.Lock(); f.wall = to; f.mu.Unlock() }
-
-// Pass lets d pass: both clocks move.
-func (f *Fake) Pass(d time.Duration) {
-	f.mu.Lock()
-	f.wall, f.mono = f.wall.Add(d), f.mono+d
-	f.mu.Unlock()
-}
-
-// Down lets d pass while no process runs: a new process's monotonic clock
-// starts elsewhere, and the wall clock moves.
-func (f *Fake) Down(d time.Duration) { f.Pass(d) }

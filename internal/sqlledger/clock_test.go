@@ -9,10 +9,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
 )
 
-var (
-	day2of1970 = time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC)
-	today      = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-)
+var day2of1970, today = ledgerclock.Day2of1970, ledgerclock.Today
 
 // The expirer's settings in these tests: retention 1h, a tick every 30 s,
 // at most a minute counted per advance.
@@ -66,32 +63,23 @@ func recordKeys(t *testing.T, s *Store, prefix string, n int) {
 // early, and rows still expire after retention (plus the one advance's
 // bound) of observed time.
 func testClockStepsNeverExpireRowsEarly(t *testing.T, b backend) {
-	for _, tc := range []struct {
-		name          string
-		start, stepTo time.Time
-		duringRun     bool
-	}{
-		{"1970 to today between runs", day2of1970, today, false},
-		{"1970 to today during a run", day2of1970, today, true},
-		{"today to 1970 between runs", today, time.Unix(0, 0), false},
-		{"today to 1970 during a run", today, time.Unix(0, 0), true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := ledgerclock.NewFake(tc.start)
+	for _, tc := range ledgerclock.StepCases {
+		t.Run(tc.Name, func(t *testing.T) {
+			f := ledgerclock.NewFake(tc.Start)
 			dsn := b.newDSN(t)
 			s := open(t, b, dsn, clocked(f))
 			recordKeys(t, s, "k", 50)
 			if n := runFor(t, f, 5*time.Minute, s); n != 50 {
 				t.Fatalf("5 min: %d rows, want 50", n)
 			}
-			if tc.duringRun {
-				f.Step(tc.stepTo)
+			if tc.DuringRun {
+				f.Step(tc.To)
 				if n := runFor(t, f, 5*time.Minute, s); n != 50 {
 					t.Fatalf("after the step: %d rows, want 50", n)
 				}
 			}
 			s.Close()
-			f.Step(tc.stepTo)
+			f.Step(tc.To)
 			f.Down(3 * time.Hour)
 			s = open(t, b, dsn, clocked(f))
 			if n := runFor(t, f, 49*time.Minute, s); n != 50 {
