@@ -24,6 +24,9 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 		"trace_context envelope, no envelope": {base + "outbox: { path: ./o.db }\ntrace_context: envelope\n", "trace_context: envelope needs a reliomq v1 envelope"},
 		"trace_context envelope, properties":  {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nconfirm: end_to_end\nenvelope: properties\ntrace_context: envelope\n", "trace_context: envelope needs a reliomq v1 envelope"},
 		"reserved user property":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nuser_properties: { event_id: x }\n", "reserved for envelope: properties"},
+		"pack without an envelope":            {base + "outbox: { path: ./o.db }\npack: { max_events: 64 }\n", "a plain subscriber cannot read frames"},
+		"pack in direct mode":                 {base + "outbox: { enabled: false }\nconfirm: end_to_end\npack: { max_events: 64 }\n", "pack needs the outbox"},
+		"pack with content_type":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nenvelope: properties\ncontent_type: text/plain\npack: { max_events: 64 }\n", "a frame carries user properties only"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -40,13 +43,17 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 			}
 		})
 	}
-	valid := base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nack_auth_keys: [ k1, k2 ]\ntrace_context: envelope\n"
+	valid := base + "outbox: { path: ./o.db }\nconfirm: end_to_end\nack_auth_keys: [ k1, k2 ]\ntrace_context: envelope\npack: { max_events: 64 }\n"
 	if err := lintOutput(valid); err != nil {
 		t.Fatalf("lint refuses a valid config: %v", err)
 	}
 	v5 := base + "outbox: { enabled: false }\nprotocol_version: \"5\"\nenvelope: properties\nuser_properties: { site: a }\nrequire_subscribers: true\nretained: '${! meta(\"r\") }'\n"
 	if err := lintOutput(v5); err != nil {
 		t.Fatalf("lint refuses a valid MQTT 5 config: %v", err)
+	}
+	delivery := base + "outbox: { path: ./o.db }\nenvelope: delivery\npack: { max_events: 64, compression: none }\n"
+	if err := lintOutput(delivery); err != nil {
+		t.Fatalf("lint refuses pack with envelope: delivery: %v", err)
 	}
 }
 
