@@ -140,8 +140,12 @@ func (a setAside) String() string {
 	if total == 0 {
 		return "0 records"
 	}
-	return fmt.Sprintf("%d records, never published: %d pass their checksum in a format this build reads (`reliable-mqtt outbox restore FILE` puts them back), %d fail their checksum, %d are of a newer record version, %d are unreadable otherwise; `outbox list` names each",
-		total, a.Readable, a.Checksum, a.NewerFormat, a.Unreadable)
+	hint := ""
+	if a.Readable > 0 {
+		hint = " (`reliable-mqtt outbox restore FILE` puts them back)"
+	}
+	return fmt.Sprintf("%d records, never published: %d pass their checksum in a format this build reads%s, %d fail their checksum, %d are of a newer record version, %d are unreadable otherwise; `outbox list` names each",
+		total, a.Readable, hint, a.Checksum, a.NewerFormat, a.Unreadable)
 }
 
 // outboxStat verifies the file before it reports anything: counters read
@@ -282,7 +286,7 @@ func listAside(tx *bolt.Tx, path string, w, out io.Writer, asJSON bool) error {
 			return writeJSONLine(out, j)
 		}
 		if first {
-			fmt.Fprintln(w, "\nSET ASIDE (never published)\tEVENT ID\tTOPIC\tSIZE\tREASON")
+			fmt.Fprintln(w, "\nset aside, never published:\nSEQ\tEVENT ID\tTOPIC\tSIZE\tREASON")
 			first = false
 		}
 		_, err := fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s: %s\n", a.Seq, a.Record.EventID, a.Record.Topic, len(a.Record.Payload), a.Kind, a.Reason)
