@@ -149,16 +149,48 @@ func (g *Gate) onDelivered(c Claim) commit.DeliveryHook {
 			}
 			return nil
 		}
-		if err := c.Commit(ctx); err != nil {
-			if c.Release() {
-				g.Releases.Incr(1)
+		// The events of a frame defer to the frame's Group: their keys go
+		// into one transaction once every event's hooks ran.
+		if bs, ok := g.Store.(batchStore); ok {
+			if grp := commit.GroupFrom(ctx); grp != nil && grp.Defer(g, c, g.commitAll(bs)) == nil {
+				return nil
 			}
-			// Failing the hook keeps the source unacknowledged: the broker
-			// redelivers and the copy passes again.
-			return fmt.Errorf("dedup_ledger: recording key %s in %s failed, the message is not acknowledged and will be redelivered: %w", c.Key(), g.Store.Where(), err)
+		}
+		if err := c.Commit(ctx); err != nil {
+			return g.notRecorded(c, err)
 		}
 		g.committed()
 		return nil
+	}
+}
+
+// notRecorded releases c, whose key could not be recorded, and says so.
+// Failing the hook (or the Group's flush) keeps the source unacknowledged:
+// the broker redelivers and the copy passes again.
+func (g *Gate) notRecorded(c Claim, err error) error {
+	if c.Release() {
+		g.Releases.Incr(1)
+	}
+	return fmt.Errorf("dedup_ledger: recording key %s in %s failed, the message is not acknowledged and will be redelivered: %w", c.Key(), g.Store.Where(), err)
+}
+
+// commitAll is the flush of a Group's deferred claims (items): one
+// CommitAll, one transaction, for all of them.
+func (g *Gate) commitAll(bs batchStore) func(ctx context.Context, items []any) error {
+	return func(ctx context.Context, items []any) error {
+		cs := make([]Claim, len(items))
+		for i, it := range items {
+			cs[i] = it.(Claim)
+		}
+		var errs []error
+		for i, err := range bs.CommitAll(ctx, cs) {
+			if err != nil {
+				errs = append(errs, g.notRecorded(cs[i], err))
+				continue
+			}
+			g.committed()
+		}
+		return errors.Join(errs...)
 	}
 }
 

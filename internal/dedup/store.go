@@ -52,6 +52,19 @@ func (s boltStore) Claim(ctx context.Context, key claims.Key, hash [32]byte, wai
 	return c, v, err
 }
 
+// batchStore is a Store that records several claims in one transaction.
+type batchStore interface {
+	CommitAll(ctx context.Context, cs []Claim) []error
+}
+
+func (s boltStore) CommitAll(ctx context.Context, cs []Claim) []error {
+	lcs := make([]*ledger.Claim, len(cs))
+	for i, c := range cs {
+		lcs[i] = c.(*ledger.Claim)
+	}
+	return s.l.CommitAll(ctx, lcs)
+}
+
 func (s boltStore) Join(c Claim) *commit.Participant {
 	p := c.(*ledger.Claim).Participant()
 	return &p

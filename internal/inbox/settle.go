@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/codec"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
@@ -58,9 +59,11 @@ func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result er
 // pipeline finished with results (one per event, in order; nil: success),
 // each event with its own hooks:
 //
-//  1. every event's hooks run with that event's result, all at once (so
-//     the ledger's commits of the frame's keys meet in one group commit);
-//     a hook's error on success fails its event (written into results);
+//  1. every event's hooks run with that event's result, all at once, with
+//     a commit.Group in their context: the dedup ledger defers the keys of
+//     the events that succeeded to it, and the Group's flush records them
+//     in one transaction; a hook's error on success fails its event
+//     (written into results), a failed flush the frame;
 //  2. only when every event succeeded, the frame's end-to-end ACK (its
 //     event ID is the frame's ID) and then its PUBACK, as in Settle;
 //  3. otherwise nothing of the frame is acknowledged and the whole frame
@@ -71,6 +74,7 @@ func (in *Inbox) Settle(ctx context.Context, d *Delivery, hooks Hooks, result er
 // It returns the failure that left the frame unacknowledged (nil:
 // acknowledged).
 func (in *Inbox) SettleFrame(ctx context.Context, d *Delivery, hooks []Hooks, results []error) error {
+	gctx, group := commit.WithGroup(ctx)
 	var wg sync.WaitGroup
 	for i, h := range hooks {
 		if h == nil {
@@ -79,7 +83,7 @@ func (in *Inbox) SettleFrame(ctx context.Context, d *Delivery, hooks []Hooks, re
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := h.Run(ctx, results[i]); err != nil && results[i] == nil {
+			if err := h.Run(gctx, results[i]); err != nil && results[i] == nil {
 				results[i] = fmt.Errorf("delivery hook failed: %w", err)
 			}
 		}()
@@ -91,6 +95,12 @@ func (in *Inbox) SettleFrame(ctx context.Context, d *Delivery, hooks []Hooks, re
 			result = fmt.Errorf("event %d of %d in frame %s failed: %w", i+1, len(results), d.Decoded.EventID, err)
 			break
 		}
+	}
+	// What the hooks deferred (the ledger keys of the events that
+	// succeeded) is committed even when another event failed, so that the
+	// frame's redelivery skips those events.
+	if err := group.Flush(ctx); err != nil && result == nil {
+		result = fmt.Errorf("frame %s: %w", d.Decoded.EventID, err)
 	}
 	return in.finish(ctx, d, result)
 }

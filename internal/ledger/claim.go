@@ -136,7 +136,32 @@ func (c *Claim) Commit(ctx context.Context) error {
 	case claims.Released:
 		return fmt.Errorf("dedup key %s: %w", c.key, ErrReleased)
 	}
-	return c.l.commit(ctx, c)
+	return c.l.commit(ctx, []*Claim{c})[0]
+}
+
+// CommitAll records the keys of cs, claims of l, in ONE transaction of the
+// ledger's own (with other waiting commits) and returns once it is durable:
+// one error per claim, nil meaning on disk. Claims already committed are
+// nil at once; released ones fail as Commit does.
+func (l *Ledger) CommitAll(ctx context.Context, cs []*Claim) []error {
+	errs := make([]error, len(cs))
+	var todo []*Claim
+	var at []int
+	for i, c := range cs {
+		switch c.hold.State() {
+		case claims.Committed:
+		case claims.Released:
+			errs[i] = fmt.Errorf("dedup key %s: %w", c.key, ErrReleased)
+		default:
+			todo, at = append(todo, c), append(at, i)
+		}
+	}
+	if len(todo) > 0 {
+		for k, err := range l.commit(ctx, todo) {
+			errs[at[k]] = err
+		}
+	}
+	return errs
 }
 
 // Release gives the key up without applying it, so the next copy passes.

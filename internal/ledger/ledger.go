@@ -110,7 +110,10 @@ func (o *Options) defaults() {
 type Stats struct {
 	Keys    int64 // applied keys stored in the file
 	Commits int64 // keys written by Commit or Apply
-	Expired int64 // keys deleted by retention
+	// Transactions counts the ledger's own commit transactions (Commit and
+	// CommitAll, group-committed), not the writers' that Apply joins.
+	Transactions int64
+	Expired      int64 // keys deleted by retention
 }
 
 // Ledger is the applied-key set of one bbolt file. One Ledger per file per
@@ -127,9 +130,10 @@ type Ledger struct {
 	clock *ledgerclock.Clock // what keys are stamped and expire by (clock.go)
 	floor int64              // no key expires before floor+retention (clock.go)
 
-	keys    atomic.Int64
-	commits atomic.Int64
-	expired atomic.Int64
+	keys         atomic.Int64
+	commits      atomic.Int64
+	expired      atomic.Int64
+	transactions atomic.Int64 // the committer's transactions
 
 	reqs          chan *commitReq // unbuffered: a send succeeds only while the committer runs
 	closing       chan struct{}
@@ -247,7 +251,7 @@ func (l *Ledger) Retention() time.Duration { return l.opts.Retention }
 
 // Stats returns the key count and counters. O(1).
 func (l *Ledger) Stats() Stats {
-	return Stats{Keys: l.keys.Load(), Commits: l.commits.Load(), Expired: l.expired.Load()}
+	return Stats{Keys: l.keys.Load(), Commits: l.commits.Load(), Expired: l.expired.Load(), Transactions: l.transactions.Load()}
 }
 
 // Close gives up this reference. The last Close stops the committer and
