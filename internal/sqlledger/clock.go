@@ -22,10 +22,12 @@ import (
 // some process observed by more than maxStep, however many processes
 // there are and whatever their wall clocks say.
 //
-// Invariants (both enforced in SQL, so every process keeps them):
-//   - a row is stamped with the reading in its own transaction (insert);
+// Invariants:
+//   - a row is stamped with the reading in its own transaction (in the
+//     INSERT's SQL, dialect.go and pgbatch.go);
 //   - a row goes only when the reading has passed its stamp by retention
-//     plus maxStep, and the floor by retention plus maxStep (ExpireDue).
+//     plus maxStep, and the floor by retention plus maxStep (ExpireDue,
+//     which every process's expirer runs before Expire).
 //
 // Together: a row is deleted only after retention of time a process
 // observed. A table that predates the clock, or holds stamps later than

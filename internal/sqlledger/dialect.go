@@ -45,7 +45,7 @@ type dialect struct {
 	about     string // for the components' driver fields
 	sqlDriver string // database/sql driver name
 	createSQL string // %s = quoted table
-	insertSQL string // %s = quoted table
+	insertSQL string // %[1]s = quoted table, %[2]s = quoted clock table
 	lookupSQL string
 	countSQL  string
 	expireSQL string
