@@ -15,7 +15,6 @@ const SummaryInterval = 10 * time.Second
 // logs nothing and holds no goroutine.
 type Summary struct {
 	Logf  func(format string, args ...any)
-	Flag  bool          // on_duplicate: flag (duplicates are passed on, not dropped)
 	Every time.Duration // SummaryInterval; tests shorten it
 
 	mu           sync.Mutex
@@ -40,11 +39,10 @@ func (s *Summary) flush() {
 	passed, dups := s.passed, s.dups
 	s.passed, s.dups, s.armed = 0, 0, false
 	s.mu.Unlock()
-	verb := "dropped"
-	if s.Flag {
-		verb = "flagged"
-	}
-	s.Logf("dedup_ledger: %d passed, %d duplicates %s in the last %s", passed, dups, verb, s.Every)
+	// "skipped" whatever on_duplicate says: a duplicate's effect is not
+	// applied again, whether the copy is then dropped or passed on flagged
+	// (and perhaps dropped later in the pipeline, as the quickstart does).
+	s.Logf("dedup_ledger: %d passed, %d duplicates skipped in the last %s", passed, dups, s.Every)
 }
 
 // Counting returns c, also counted into the summary by add.

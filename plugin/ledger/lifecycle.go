@@ -152,7 +152,7 @@ func (c *common) duplicate(msg *service.Message, key claims.Key) *service.Messag
 	c.m.duplicates.Incr(1)
 	tracing.SetOutcome(msg.Context(), tracing.DuplicateDrop, nil)
 	if !c.s.flag {
-		c.log.Debugf("Dropping duplicate of dedup key %s", key)
+		c.log.Debugf("Skipping duplicate of dedup key %s: dropped", key)
 		return nil
 	}
 	msg.MetaSetMut(metaDuplicate, true)

@@ -25,7 +25,7 @@ type metrics struct {
 // periodic summary line.
 func newMetrics(mgr *service.Resources, s settings) *metrics {
 	m := mgr.Metrics()
-	sum := &dedup.Summary{Logf: mgr.Logger().Infof, Flag: s.flag, Every: dedup.SummaryInterval}
+	sum := &dedup.Summary{Logf: mgr.Logger().Infof, Every: dedup.SummaryInterval}
 	ms := &metrics{
 		passed:     dedup.Counting(m.NewCounter("dedup_ledger_passed"), func(n int64) { sum.Add(n, 0) }),
 		duplicates: dedup.Counting(m.NewCounter("dedup_ledger_duplicates"), func(n int64) { sum.Add(0, n) }),

@@ -33,7 +33,7 @@ var metricHelp = map[string]string{
 	"reliable_mqtt_in_acks_published":         "End-to-end ACKs published to ack_topic.",
 	"reliable_mqtt_in_ack_publish_failed":     "End-to-end ACKs that could not be published.",
 	"dedup_ledger_passed":                     "Messages that passed the ledger (first copies).",
-	"dedup_ledger_duplicates":                 "Copies of applied events, dropped or flagged.",
+	"dedup_ledger_duplicates":                 "Copies of applied events, skipped: dropped or passed on flagged (on_duplicate).",
 	"dedup_ledger_conflicts":                  "Copies whose content differs from the applied event (a reused event ID).",
 	"dedup_ledger_commits":                    "Ledger commits.",
 	"dedup_ledger_releases":                   "Claims released because the pipeline failed.",

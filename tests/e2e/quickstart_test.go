@@ -83,7 +83,7 @@ var (
 	qsApplied = regexp.MustCompile(`applied event \w+: run (\S+) seq (\d+) `)
 	qsPending = regexp.MustCompile(`Outbox \S*publisher-outbox\.db: [^;]*; (\d+) pending \(`)
 	qsResume  = regexp.MustCompile(`outbox (\S+): resuming (\d+) pending records \((\d+) bytes\), oldest from \S+`)
-	qsReport  = regexp.MustCompile(`run (\S+): applied (\d+) events \((\d+) duplicates flagged, not applied\); missing sequence numbers: ([^"]+)"`)
+	qsReport  = regexp.MustCompile(`run (\S+): applied (\d+) events \((\d+) duplicates skipped\); missing sequence numbers: ([^"]+)"`)
 )
 
 // TestQuickstartShowsRecoveryAfterKill9 runs the README's quickstart

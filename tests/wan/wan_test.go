@@ -139,7 +139,7 @@ func TestWANChainLosesNothingAndAppliesNothingTwice(t *testing.T) {
 		if r.Count != n || r.Min != 1 || r.Max != n {
 			t.Fatalf("run %s: the consumer applied %d readings, seq %d..%d; want exactly 1..%d", id, r.Count, r.Min, r.Max, n)
 		}
-		t.Logf("run %s: %d readings applied once each, %d duplicates dropped by the ledger, %d resets and a 20 s blackhole", id, r.Count, r.Duplicates, resets)
+		t.Logf("run %s: %d readings applied once each, %d duplicates skipped by the ledger, %d resets and a 20 s blackhole", id, r.Count, r.Duplicates, resets)
 	}
 	if resets < 5 {
 		t.Fatalf("only %d resets were made", resets)
