@@ -118,6 +118,7 @@ type outboxStatJSON struct {
 	ClientID     string     `json:"client_id"`
 	Damaged      int        `json:"damaged"`
 	SetAside     setAside   `json:"set_aside"`
+	Format       uint64     `json:"format"` // 0: written before format markers (read as the current one)
 	Verified     string     `json:"verified"`
 }
 
@@ -172,7 +173,7 @@ func outboxStat(c *cli.Context) error {
 				File: path, Pending: s.Pending, PendingBytes: s.PendingBytes,
 				FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
 				Oldest: timeOrNil(s.Oldest), Newest: timeOrNil(s.Newest),
-				ClientID: s.ClientID, Damaged: s.Damaged, SetAside: aside, Verified: verified,
+				ClientID: s.ClientID, Damaged: s.Damaged, SetAside: aside, Format: s.Format, Verified: verified,
 			})
 		}
 		now := time.Now()
@@ -186,6 +187,7 @@ func outboxStat(c *cli.Context) error {
 		// The stored ID is a fallback: a configured client_id replaces it.
 		fmt.Fprintf(w, "client id:\t%s (stored in the file; used only while the output's client_id is empty)\n", s.ClientID)
 		fmt.Fprintf(w, "set aside:\t%s\n", aside)
+		fmt.Fprintf(w, "format:\t%s\n", formatLine(s.Format))
 		fmt.Fprintf(w, "verified:\t%s\n", verified)
 		return w.Flush()
 	})
@@ -292,6 +294,14 @@ func listAside(tx *bolt.Tx, path string, w, out io.Writer, asJSON bool) error {
 		_, err := fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s: %s\n", a.Seq, a.Record.EventID, a.Record.Topic, len(a.Record.Payload), a.Kind, a.Reason)
 		return err
 	})
+}
+
+// formatLine shows an outbox's format marker.
+func formatLine(v uint64) string {
+	if v == 0 {
+		return fmt.Sprintf("none yet (written before format markers; read as version %d, marked at the next start)", outbox.Format)
+	}
+	return fmt.Sprintf("version %d (this build reads 1 to %d)", v, outbox.Format)
 }
 
 // outboxRestore puts the readable set-aside records back (outbox.Restore).

@@ -118,3 +118,24 @@ func TestRestoreRefusesWhileAnotherProcessHoldsTheFile(t *testing.T) {
 		t.Fatalf("the refused restore changed the file:\n%s", out)
 	}
 }
+
+func TestOutboxStatNamesTheFormatAndRefusesANewerOne(t *testing.T) {
+	path := outboxFile(t)
+	if out, _, code := run(t, "outbox", "stat", path); code != 0 || !strings.Contains(squash(out), "format: version 3 (this build reads 1 to 3)") {
+		t.Fatalf("outbox stat: exit %d\n%s", code, out)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("outbox/meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, 4))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "outbox", "stat", path); code == 0 || !strings.Contains(errOut, "format version 4, and this build reads versions 1 to 3") {
+		t.Fatalf("outbox stat of a newer outbox: exit %d, %s", code, errOut)
+	}
+}

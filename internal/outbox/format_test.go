@@ -138,7 +138,12 @@ func TestNewerRecordVersionIsRefusedNotSetAside(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, err = o.Read(0, 10)
+				// The record before it is read; the read that reaches it fails.
+				recs, err := o.Read(0, 10)
+				if err != nil || len(recs) != 1 || recs[0].Seq != 1 {
+					t.Fatalf("Read(0) = %v, %v; want seq 1 alone", recs, err)
+				}
+				_, err = o.Read(1, 10)
 				wantNewer(t, err, path, what, 4)
 				if st := o.Stats(); st.Damaged != 0 || st.Pending != 3 {
 					t.Fatalf("stats %+v after the refusal", st)

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
 // Read-only views for tools (`reliable-mqtt outbox ...`). They work inside
@@ -26,7 +27,8 @@ type Summary struct {
 	Oldest       time.Time // enqueue time of FirstSeq; zero if empty
 	Newest       time.Time // enqueue time of LastSeq; zero if empty
 	ClientID     string
-	Damaged      int // records moved to outbox/damaged: failed their checksum, never published
+	Damaged      int    // records moved to outbox/damaged: failed their checksum, never published
+	Format       uint64 // the outbox's format marker; 0: none yet (written before markers)
 }
 
 // buckets returns the outbox's buckets in tx, or ErrNoOutbox.
@@ -50,6 +52,7 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 	s.PendingBytes = int64(boltfile.Uint64(meta, keyPendingBytes))
 	s.ClientID = string(meta.Get(keyClientID))
 	s.Damaged = int(boltfile.Uint64(meta, keyDamaged))
+	s.Format = boltfile.Uint64(meta, boltfile.KeyFormat)
 	c := records.Cursor()
 	if k, v := c.First(); k != nil {
 		s.FirstSeq = seqFromKey(k)
@@ -106,6 +109,9 @@ func SeqOf(tx *bolt.Tx, path, eventID string) (uint64, bool, error) {
 func Check(tx *bolt.Tx, path string) (int, error) {
 	records, meta, err := buckets(tx, path)
 	if err != nil {
+		return 0, err
+	}
+	if err := format.Check(path, "the outbox", boltfile.Uint64(meta, boltfile.KeyFormat), recordVersion); err != nil {
 		return 0, err
 	}
 	if err := checkKeys(path, records, meta); err != nil {

@@ -432,7 +432,12 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 			prev = k
 			view, err := decodeRecord(k, v, false)
 			if format.IsNewer(err) {
-				return newerRecord(o.path, k, v) // stop here: never set aside
+				// Never set aside. The records before it go out first;
+				// the next Read starts at it and fails.
+				if len(out) > 0 || len(bad) > 0 {
+					return nil
+				}
+				return newerRecord(o.path, k, v)
 			}
 			if err != nil {
 				bad = append(bad, suspect{key: append([]byte(nil), k...), reason: err.Error()})

@@ -53,6 +53,9 @@ const (
 	crcLen          = 4
 )
 
+// Format is the outbox format this build writes and the newest it reads.
+const Format = recordVersion
+
 func encodeRecord(r *Record) []byte {
 	props := encodeProps(r.Props)
 	n := headerLen + 3*binary.MaxVarintLen64 + len(r.EventID) + len(r.Topic) + len(props) + len(r.Payload) + crcLen
