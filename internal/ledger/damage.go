@@ -55,6 +55,9 @@ func (l *Ledger) verifyEntries() error {
 // check reads every entry in tx: each must pass its checksum, and there
 // must be at least as many as the counter says. It returns the count.
 func check(tx *bolt.Tx, path string) (uint64, error) {
+	if err := format.Check(path, "the dedup ledger", boltfile.Uint64(tx.Bucket(bucketMeta), boltfile.KeyFormat), valueVersion); err != nil {
+		return 0, err
+	}
 	var n, bad uint64
 	var first string
 	err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {

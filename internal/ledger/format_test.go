@@ -67,6 +67,15 @@ func TestNewerLedgerFormatIsRefusedUntouched(t *testing.T) {
 			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 				t.Fatal("the refused file was written")
 			}
+			// `ledger stat` (Check) refuses it the same way.
+			ro, err := boltfile.OpenReadOnly(path, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			if err := ro.View(func(tx *bolt.Tx) error { _, err := Check(tx, path); return err }); !format.IsNewer(err) {
+				t.Fatalf("Check: %v, want a newer-format refusal", err)
+			}
 		})
 	}
 }
