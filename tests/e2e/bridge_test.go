@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -124,4 +125,76 @@ func TestBridgeLosesNothingWhenKilledRepeatedlyAndTheDestinationRestarts(t *test
 			r.finish(t, n)
 		})
 	}
+}
+
+// TestPackedPublisherKilledMidFrameLosesNothing: the shipped publisher packs
+// waiting readings into frames (pack.max_events 64 in config/publisher.yaml)
+// and is SIGKILLed repeatedly while frames are in flight. Each run's
+// readings reach the consumer's table exactly once and without a gap
+// (count = last sequence number, from 1), the last run all n of them, and
+// the publisher's outbox drains: every reading accepted by a killed run
+// was applied too.
+func TestPackedPublisherKilledMidFrameLosesNothing(t *testing.T) {
+	const n = 600
+	r := startBridgeRig(t, n, false)
+	watch := harness.Subscribe(t, r.source.URL(), "frame-watch", true, "reliable/ingress")
+	if !strings.Contains(harness.ShippedConfig(t, "publisher.yaml"), "max_events: ${PACK_MAX_EVENTS:64}") {
+		t.Fatal("config/publisher.yaml does not pack: the test would not test frames")
+	}
+	rng := testRand(t, 11)
+	for kill := 0; kill < 3; kill++ {
+		time.Sleep(time.Duration(400+rng.IntN(400)) * time.Millisecond)
+		r.publisher.Kill()
+		time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
+		r.publisher.Restart()
+	}
+	db := filepath.Join(r.dataDir, "consumer.db")
+	last := func() (harness.AppliedRun, int) {
+		var newest string
+		runs := harness.Applied(t, db)
+		for id := range runs {
+			newest = max(newest, id)
+		}
+		return runs[newest], len(runs)
+	}
+	harness.Eventually(t, 120*time.Second, "the last run's readings at the consumer", func() bool {
+		run, _ := last()
+		return run.Count >= n
+	})
+	harness.Eventually(t, 60*time.Second, "the publisher's outbox to drain", func() bool {
+		return strings.Contains(harness.LastStatsLine(r.publisher.RunLog()), "; 0 pending (0 bytes)")
+	})
+	if err := r.publisher.Stop(15 * time.Second); err != nil {
+		t.Fatalf("publisher stop: %v", err)
+	}
+	runs := harness.Applied(t, db)
+	if len(runs) < 2 {
+		t.Fatalf("the consumer saw %d publisher runs, want one per start (the kills did not land mid-stream)", len(runs))
+	}
+	for id, run := range runs {
+		if run.Min != 1 || run.Count != run.Max {
+			t.Fatalf("run %s: %d readings applied, seq %d..%d; want each of 1..%d exactly once", id, run.Count, run.Min, run.Max, run.Max)
+		}
+	}
+	if run, _ := last(); run.Count != n {
+		t.Fatalf("the last run applied %d readings, want %d", run.Count, n)
+	}
+	ob, err := outbox.Open(filepath.Join(r.dataDir, "publisher-outbox.db"), outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if st := ob.Stats(); st.Pending != 0 {
+		t.Fatalf("publisher outbox holds %d records after the runs were applied", st.Pending)
+	}
+	frames := 0
+	for _, m := range watch.Messages() {
+		if frame.Is(m.Payload) {
+			frames++
+		}
+	}
+	if frames == 0 {
+		t.Fatalf("none of the %d publishes on reliable/ingress was a frame: the test did not test frames", watch.Count())
+	}
+	t.Logf("%d runs; %d of %d publishes on reliable/ingress were frames", len(runs), frames, watch.Count())
 }
