@@ -234,7 +234,7 @@ func open(path string, opts Options) (*sharedDB, error) {
 		return nil, err
 	}
 	err = guard(path, func() error {
-		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+		db, err := bolt.Open(path, 0o600, writeOptions())
 		if err != nil {
 			return openError(path, err)
 		}
@@ -251,6 +251,20 @@ func open(path string, opts Options) (*sharedDB, error) {
 		}
 	}
 	return s, nil
+}
+
+// writeOptions are bbolt's options for a file opened read-write.
+//
+// NoFreelistSync: bbolt otherwise writes the whole freelist to a new page
+// at every commit, one more page per fsync (a third of what a small commit
+// writes; docs/operations.md, "Flash wear"). Without it bbolt rebuilds the
+// freelist at open by walking every page the tree references (see
+// docs/operations.md for how long that takes on a large file); bbolt's
+// own meta pages say whether a freelist was synced, so a file written
+// either way opens with either setting, and walk.go never read the
+// freelist. A power cut cannot lose the freelist: there is none to lose.
+func writeOptions() *bolt.Options {
+	return &bolt.Options{Timeout: lockTimeout, NoFreelistSync: true}
 }
 
 // inspect opens an existing file read-only and checks it is an intact
@@ -270,7 +284,10 @@ func inspect(s *sharedDB, size int64, opts Options) error {
 	}
 	db, err := openChecked(s.path, size, lockTimeout, func(tx *bolt.Tx) error {
 		if !opts.Verify.wants(size) {
-			return nil
+			// bbolt rebuilds the freelist at a read-write open by
+			// walking the whole tree on a goroutine of its own, where a
+			// damaged page crashes the process: walk it safely first.
+			return walkTree(tx, s.path)
 		}
 		s.verified = true
 		return verify(tx, s.path)

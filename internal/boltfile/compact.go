@@ -70,7 +70,7 @@ func compactIfSparse(db *bolt.DB, path string, skipped *error) (out *bolt.DB, co
 }
 
 func reopen(path string, compacted bool) (*bolt.DB, bool, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(path, 0o600, writeOptions())
 	if err != nil {
 		return nil, compacted, openError(path, err)
 	}
@@ -92,7 +92,7 @@ func sparse(db *bolt.DB) bool {
 
 // copyCompacted writes the live data of src to path+".compact" and fsyncs it.
 func copyCompacted(src *bolt.DB, path string) error {
-	dst, err := bolt.Open(compactPath(path), 0o600, &bolt.Options{Timeout: lockTimeout})
+	dst, err := bolt.Open(compactPath(path), 0o600, writeOptions())
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func create(path string, init func(*bolt.Tx) error) error {
 
 // writeNew makes a complete reliable-mqtt file at tmp and fsyncs it.
 func writeNew(tmp string, init func(*bolt.Tx) error) error {
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(tmp, 0o600, writeOptions())
 	if err != nil {
 		return err
 	}

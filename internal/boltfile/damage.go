@@ -216,9 +216,7 @@ func (v Verify) wants(size int64) bool {
 // consistency check, which also finds pages both used and free, or
 // neither, and keys out of order.
 func verify(tx *bolt.Tx, path string) error {
-	pageSize := int64(tx.DB().Info().PageSize)
-	root := uint64(tx.Cursor().Bucket().RootPage())
-	if err := walkPages(path, pageSize, uint64(tx.Size()/pageSize), root); err != nil {
+	if err := walkTree(tx, path); err != nil {
 		return err
 	}
 	const shown = 5
@@ -237,4 +235,11 @@ func verify(tx *bolt.Tx, path string) error {
 		problems = append(problems, fmt.Sprintf("and %d more", n-shown))
 	}
 	return &DamagedError{Path: path, Cause: "its consistency check failed: " + strings.Join(problems, "; ")}
+}
+
+// walkTree walks tx's tree with walkPages.
+func walkTree(tx *bolt.Tx, path string) error {
+	pageSize := int64(tx.DB().Info().PageSize)
+	root := uint64(tx.Cursor().Bucket().RootPage())
+	return walkPages(path, pageSize, uint64(tx.Size()/pageSize), root)
 }

@@ -32,8 +32,14 @@ type Loop[T any] struct {
 	// a waiting request joins it, when Linger has passed, or at closing.
 	Linger time.Duration
 	// Waits reports whether a caller blocks on r's result; needed with
-	// Linger.
+	// Linger and Delay.
 	Waits func(r T) bool
+	// Delay, if positive, holds a group in which a request Waits up to this
+	// long for more requests, so that fewer commits (fewer bytes written to
+	// the disk) carry the same requests; each waiter's latency grows by up
+	// to Delay. The group is committed when Delay has passed, when it is
+	// full, or at closing.
+	Delay time.Duration
 }
 
 // Run is the loop; see the package function Run.
@@ -50,6 +56,9 @@ func (l Loop[T]) Run(reqs <-chan T, closing <-chan struct{}, commit func(group [
 		group = drain(reqs, group, l.Max)
 		if l.Linger > 0 && !l.anyWaits(group) {
 			group = l.linger(reqs, closing, group)
+		}
+		if l.Delay > 0 && l.anyWaits(group) {
+			group = l.delay(reqs, closing, group)
 		}
 		commit(group)
 		for i := range group {
@@ -79,6 +88,24 @@ func (l Loop[T]) linger(reqs <-chan T, closing <-chan struct{}, group []T) []T {
 			if l.Waits(r) {
 				return drain(reqs, group, l.Max)
 			}
+		case <-timer.C:
+			return group
+		case <-closing:
+			return group
+		}
+	}
+	return group
+}
+
+// delay adds requests to a group somebody waits for, until Delay passes,
+// closing is closed or the group is full.
+func (l Loop[T]) delay(reqs <-chan T, closing <-chan struct{}, group []T) []T {
+	timer := time.NewTimer(l.Delay)
+	defer timer.Stop()
+	for len(group) < l.Max {
+		select {
+		case r := <-reqs:
+			group = append(group, r)
 		case <-timer.C:
 			return group
 		case <-closing:

@@ -123,3 +123,43 @@ func TestLoopLingersForAWaiter(t *testing.T) {
 		t.Fatalf("group %v, want [6]", g)
 	}
 }
+
+func TestLoopDelaysAWaiterForCompany(t *testing.T) {
+	waits := func(r int) bool { return r < 0 }
+	reqs, closing := make(chan int, 10), make(chan struct{})
+	groups := make(chan []int, 10)
+	defer close(closing)
+	// A delay far longer than the test: only a full group can end it.
+	go Loop[int]{Max: 3, Delay: time.Hour, Waits: waits}.Run(reqs, closing, func(g []int) { groups <- append([]int(nil), g...) })
+	reqs <- -1
+	select {
+	case g := <-groups:
+		t.Fatalf("group %v committed before the delay passed or the group filled", g)
+	case <-time.After(50 * time.Millisecond):
+	}
+	reqs <- -2
+	reqs <- 3
+	select {
+	case g := <-groups:
+		if fmt.Sprint(g) != "[-1 -2 3]" {
+			t.Fatalf("group %v, want [-1 -2 3]", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a full group was not committed within 5s")
+	}
+
+	// A short delay ends by itself; a group nobody waits for is not delayed.
+	reqs2, closing2 := make(chan int, 10), make(chan struct{})
+	defer close(closing2)
+	go Loop[int]{Max: 10, Delay: 20 * time.Millisecond, Waits: waits}.Run(reqs2, closing2, func(g []int) { groups <- append([]int(nil), g...) })
+	reqs2 <- 4
+	reqs2 <- -5
+	select {
+	case g := <-groups:
+		if fmt.Sprint(g) != "[4]" && fmt.Sprint(g) != "[4 -5]" {
+			t.Fatalf("group %v, want [4] or [4 -5]", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no group within 5s")
+	}
+}

@@ -46,21 +46,27 @@ type entryFailure struct {
 func (e *entryFailure) Error() string { return e.err.Error() }
 
 // removalLinger is how long the committer holds a group of removals alone,
-// for an append to share its fsync. A removal's caller is the sender's
-// remover, and a confirmed record is skipped until removed, so delaying it
-// loses nothing; committing it alone makes the producers' next appends wait
-// a whole fsync behind it, which halved their rate under a steady stream.
+// for an append to carry them in its transaction. A removal's caller is the
+// sender's remover, and a confirmed record is skipped until removed, so
+// delaying it loses nothing (a power cut before it commits only sends the
+// record again). Each commit writes at least a leaf, its branches and a
+// meta page and fsyncs them: removals committed on their own doubled the
+// bytes written per reading (docs/operations.md, "Flash wear"), and made
+// the producers' next appends wait a whole fsync behind them. Under a
+// steady stream the next append comes long before this passes; an idle
+// outbox commits its last removals after it, so its statistics catch up.
 // Nobody waits on a removal's latency except appends waiting for space,
 // which it frees: then it is committed at once (see waits).
-const removalLinger = 5 * time.Millisecond
+const removalLinger = time.Second
 
 // commitLoop is the single writer: every waiting submission goes into one
 // group, committed in transactions of up to MaxBatch requests each (one
-// fsync per transaction).
+// fsync per transaction). A group with an append waits up to CommitDelay
+// for more.
 func (o *Outbox) commitLoop() {
 	defer close(o.committerDone)
 	var batch []*request
-	loop := groupcommit.Loop[[]*request]{Max: o.opts.MaxBatch, Linger: removalLinger, Waits: o.waits}
+	loop := groupcommit.Loop[[]*request]{Max: o.opts.MaxBatch, Linger: removalLinger, Delay: o.opts.CommitDelay, Waits: o.waits}
 	loop.Run(o.reqs, o.closing, func(subs [][]*request) {
 		for _, s := range subs {
 			batch = append(batch, s...)

@@ -104,6 +104,11 @@ type Options struct {
 	MaxPendingBytes int64
 	// MaxBatch bounds the records (and removals) per transaction; default 1024.
 	MaxBatch int
+	// CommitDelay: an append's commit waits up to this long for more
+	// appends to share its transaction (fewer commits, fewer bytes written
+	// to the disk, each append's latency up to this much longer); 0 commits
+	// what is waiting at once.
+	CommitDelay time.Duration
 	// Verify: when to check the file's structure at open (boltfile.Verify;
 	// the zero value is auto).
 	Verify boltfile.Verify
@@ -151,8 +156,8 @@ var outboxes registry.Registry[*Outbox]
 // Open opens (or creates) the outbox in the bbolt file at path. The file's
 // directory must exist.
 func Open(path string, opts Options) (*Outbox, error) {
-	if opts.MaxPending < 0 || opts.MaxPendingBytes < 0 || opts.MaxBatch < 0 {
-		return nil, fmt.Errorf("outbox file %s: max_pending, max_pending_bytes and max batch must not be negative", path)
+	if opts.MaxPending < 0 || opts.MaxPendingBytes < 0 || opts.MaxBatch < 0 || opts.CommitDelay < 0 {
+		return nil, fmt.Errorf("outbox file %s: max_pending, max_pending_bytes, max batch and commit_delay must not be negative", path)
 	}
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = 1024

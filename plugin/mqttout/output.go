@@ -39,6 +39,7 @@ const (
 	fieldOutboxMaxCount  = "max_pending"
 	fieldOutboxMaxBytes  = "max_pending_bytes"
 	fieldOutboxVerify    = "verify_on_start"
+	fieldOutboxDelay     = "commit_delay"
 	fieldWindow          = "window"
 	fieldAckTimeout      = "ack_timeout"
 	fieldPublishTimeout  = "publish_timeout"
@@ -144,6 +145,7 @@ Every field and option applies to both protocol versions unless its description 
 				service.NewStringField(fieldOutboxPath).Description("Path of the bbolt outbox file (required when enabled). One process owns it; it may be shared with a `dedup_ledger` of the same pipeline so that both commit in one transaction.").Default("").Example("./data/outbox.db"),
 				service.NewIntField(fieldOutboxMaxCount).Description("At most this many pending records; `Write` blocks while full. 0 means unbounded.").Default(0),
 				service.NewIntField(fieldOutboxMaxBytes).Description("At most this many pending bytes; `Write` blocks while full. 0 means unbounded.").Default(0),
+				service.NewDurationField(fieldOutboxDelay).Description("How long a write's commit waits for other writes to share its fsync. Longer means fewer bytes written to the disk per message (flash wear: docs/operations.md) and up to this much more latency per write; `0s` commits at once.").Default("0s").Advanced(),
 				verifyField(),
 			).Description("The durable outbox. Every record carries a CRC-32C checksum checked on every read; a record that fails is never published: it is moved to the file's `outbox/damaged` bucket, logged with its sequence number and counted in `reliable_mqtt_out_damaged_records`, and the records after it go on."),
 			service.NewIntField(fieldWindow).
@@ -343,6 +345,12 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	o.Outbox.MaxPendingBytes = int64(maxBytes)
+	if o.Outbox.CommitDelay, err = conf.FieldDuration(fieldOutbox, fieldOutboxDelay); err != nil {
+		return s, err
+	}
+	if o.Outbox.CommitDelay < 0 {
+		return s, errors.New("outbox.commit_delay must not be negative")
+	}
 	verify, err := conffield.FieldEnum(conf.Namespace(fieldOutbox), fieldOutboxVerify, boltfile.VerifyValues...)
 	if err != nil {
 		return s, fmt.Errorf("outbox.%w", err)

@@ -137,8 +137,8 @@ func flashReference(b *testing.B, dir string, n int) {
 	}
 }
 
-// flashPublisher: generate → reliable_mqtt_out with confirm: broker, a
-// reading of ~120 bytes every 10 ms.
+// flashPublisher: generate → reliable_mqtt_out with confirm: broker and
+// its defaults (64 writes in flight), a reading of ~120 bytes every 10 ms.
 const flashPublisher = `
 http:
   address: 127.0.0.1:%[1]d
@@ -150,13 +150,10 @@ input:
     mapping: |
       let seq = counter()
       root = if $seq > %[2]d { deleted() } else { {"seq": $seq, "machine": "press-1", "temperature": 21.5, "pad": "%[5]s"} }
-pipeline:
-  threads: 1
 output:
   reliable_mqtt_out:
     urls: [ "%[3]s" ]
     topic: flash/readings
-    max_in_flight: 1
     outbox:
       path: %[4]s/outbox.db%[6]s
 `
