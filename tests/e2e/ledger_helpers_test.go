@@ -24,6 +24,7 @@ type ledgerRelay struct {
 	commitMode    string // "" = auto
 	outbox        bool   // false: direct mode (publish_timeout bounds each write)
 	ledgerPath    string // ledger file when it differs from the outbox's
+	envelope      string // the input's envelope ("": none); frames need one
 }
 
 func (r ledgerRelay) yaml() string {
@@ -41,6 +42,9 @@ input:
     topics: [ "events/in" ]
     qos: 1
 `, r.inURL, r.clientID)
+	if r.envelope != "" {
+		fmt.Fprintf(&b, "    envelope: %s\n", r.envelope)
+	}
 	if r.withLedger {
 		path := r.ledgerPath
 		if path == "" {
