@@ -130,9 +130,22 @@ type setAside struct {
 	Unreadable  int `json:"unreadable"`
 }
 
-func countAside(tx *bolt.Tx, path string) (setAside, error) {
-	n, err := outbox.AsideCounts(tx, path)
-	return setAside{n[outbox.AsideReadable], n[outbox.AsideChecksum], n[outbox.AsideNewer], n[outbox.AsideUnreadable]}, err
+func countAside(tx *bolt.Tx, path string) (a setAside, err error) {
+	err = outbox.EachAside(tx, path, func(r outbox.AsideRecord) error { a.add(r.Kind); return nil })
+	return a, err
+}
+
+func (a *setAside) add(k outbox.AsideKind) {
+	switch k {
+	case outbox.AsideReadable:
+		a.Readable++
+	case outbox.AsideChecksum:
+		a.Checksum++
+	case outbox.AsideNewer:
+		a.NewerFormat++
+	default:
+		a.Unreadable++
+	}
 }
 
 // String is stat's "set aside" line.
@@ -325,16 +338,7 @@ func outboxRestore(c *cli.Context) error {
 	fmt.Fprintf(w, "restored %d records to the queue of %s under their original sequence numbers (%s); they are sent in FIFO order at the next start\n", len(r.Seqs), path, strings.Join(seqs, ", "))
 	var kept setAside
 	for _, a := range r.Kept {
-		switch a.Kind {
-		case outbox.AsideReadable:
-			kept.Readable++
-		case outbox.AsideChecksum:
-			kept.Checksum++
-		case outbox.AsideNewer:
-			kept.NewerFormat++
-		default:
-			kept.Unreadable++
-		}
+		kept.add(a.Kind)
 		fmt.Fprintf(w, "kept set aside: seq %d (%d bytes): %s: %s\n", a.Seq, a.Size, a.Kind, a.Reason)
 	}
 	fmt.Fprintf(w, "still set aside: %s\n", kept)

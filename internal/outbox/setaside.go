@@ -88,13 +88,6 @@ func EachAside(tx *bolt.Tx, path string, fn func(AsideRecord) error) error {
 	return nil
 }
 
-// AsideCounts counts the set-aside records by kind.
-func AsideCounts(tx *bolt.Tx, path string) (map[AsideKind]int, error) {
-	n := map[AsideKind]int{}
-	err := EachAside(tx, path, func(a AsideRecord) error { n[a.Kind]++; return nil })
-	return n, err
-}
-
 // Restored is what Restore did.
 type Restored struct {
 	Seqs []uint64 // put back, in order
