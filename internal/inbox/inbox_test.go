@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
 
@@ -39,7 +40,8 @@ func (c *testConn) Alive() bool {
 		return true
 	}
 }
-func (c *testConn) Lost() <-chan struct{} { return c.lost }
+func (c *testConn) Lost() <-chan struct{}    { return c.lost }
+func (c *testConn) Context() context.Context { return mqttclient.LostContext(c.lost) }
 func (c *testConn) Drop(err error) {
 	c.mu.Lock()
 	c.dropErr = err

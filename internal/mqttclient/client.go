@@ -72,6 +72,10 @@ type Conn interface {
 	SessionPresent() bool
 	// Lost is closed when the connection is gone.
 	Lost() <-chan struct{}
+	// Context ends when the connection is gone (its Done is Lost): work
+	// that is stale once the connection is lost derives its context from
+	// it, with no goroutine of its own.
+	Context() context.Context
 	// Alive reports whether the connection has not been lost.
 	Alive() bool
 	// Drop closes the connection on purpose; it never blocks.
@@ -106,6 +110,10 @@ type Handlers struct {
 	// itself). It runs on paho's network reader before any later packet is
 	// handled (both protocols), and must never block.
 	OnPubrel func(conn Conn, id uint16)
+	// OnLink is told true when a connection is ready and false when it is
+	// lost or closed, on the client's own goroutine (a connected gauge
+	// follows the link with or without traffic). It must never block.
+	OnLink func(up bool)
 }
 
 // Options configure a Client beyond the user's Config.
@@ -159,6 +167,9 @@ func (l *link) SessionPresent() bool { return l.sessionPresent }
 
 // Lost is closed when the connection is gone.
 func (l *link) Lost() <-chan struct{} { return l.ctx.Done() }
+
+// Context ends when the connection is gone.
+func (l *link) Context() context.Context { return l.ctx }
 
 // Alive reports whether the connection has not been lost.
 func (l *link) Alive() bool { return l.ctx.Err() == nil }
@@ -360,10 +371,12 @@ func (c *Client) loop() {
 			continue
 		}
 		c.setCurrent(conn)
+		c.onLink(true)
 		c.log.Infof("MQTT connected to %s as %q (protocol %s, session present: %v)", c.chosen(conn), c.cfg.ClientID, c.protocol(), conn.SessionPresent())
 		select {
 		case <-conn.Lost():
 			c.setCurrent(nil)
+			c.onLink(false)
 			c.log.Warnf("MQTT connection to %v lost; reconnecting", c.shownURLs)
 			conn.disconnect(false)
 			if conn.base().dropReason() == nil {
@@ -379,11 +392,18 @@ func (c *Client) loop() {
 			}
 		case <-c.closing:
 			c.setCurrent(nil)
+			c.onLink(false)
 			// DISCONNECT without UNSUBSCRIBE: the session stays at the broker.
 			conn.disconnect(true)
 			conn.base().markLost()
 			return
 		}
+	}
+}
+
+func (c *Client) onLink(up bool) {
+	if c.h.OnLink != nil {
+		c.h.OnLink(up)
 	}
 }
 

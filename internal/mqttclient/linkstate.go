@@ -21,3 +21,26 @@ func WatchLink(ctx context.Context, t Transport, set func(up bool)) {
 		}
 	}
 }
+
+// LostContext returns a context that ends when lost is closed, with no
+// goroutine: the Context of a Conn that keeps its own lost channel (the
+// engines' test connections).
+func LostContext(lost <-chan struct{}) context.Context {
+	return lostContext{context.Background(), lost}
+}
+
+type lostContext struct {
+	context.Context
+	lost <-chan struct{}
+}
+
+func (c lostContext) Done() <-chan struct{} { return c.lost }
+
+func (c lostContext) Err() error {
+	select {
+	case <-c.lost:
+		return context.Canceled
+	default:
+		return nil
+	}
+}

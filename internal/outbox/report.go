@@ -35,10 +35,20 @@ func (o *Outbox) ReportStart(log Logger) {
 		o.path, st.Pending, st.PendingBytes, st.Oldest.UTC().Format(time.RFC3339))
 }
 
-// Watch calls fn with the outbox's stats at once and then once a second
-// (more often if every is shorter) until ctx ends. report is true when
-// every > 0 has passed since the last report: time for a summary line.
-func (o *Outbox) Watch(ctx context.Context, every time.Duration, fn func(st Stats, report bool)) {
+// Watch calls fn, on a goroutine of its own, with the outbox's stats at
+// once and then once a second (more often if every is shorter) until ctx
+// ends; the returned channel is closed then. report is true when every > 0
+// has passed since the last report: time for a summary line.
+func (o *Outbox) Watch(ctx context.Context, every time.Duration, fn func(st Stats, report bool)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.watch(ctx, every, fn)
+	}()
+	return done
+}
+
+func (o *Outbox) watch(ctx context.Context, every time.Duration, fn func(st Stats, report bool)) {
 	tick := time.Second
 	if every > 0 && every < tick {
 		tick = every

@@ -34,28 +34,23 @@ func TestReportStart(t *testing.T) {
 }
 
 // Watch reports the stats at once and asks for a summary once every has
-// passed; it returns when ctx ends.
+// passed; it stops when ctx ends.
 func TestWatch(t *testing.T) {
 	o := openT(t, filepath.Join(t.TempDir(), "ob.db"), Options{})
 	appendT(t, o, "e1", "t", "abc")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var calls, reports int
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		o.Watch(ctx, 20*time.Millisecond, func(st Stats, report bool) {
-			if calls == 0 && (report || st.Pending != 1) {
-				t.Errorf("first call: pending %d, report %v; want 1 and no report yet", st.Pending, report)
-			}
-			calls++
-			if report {
-				reports++
-				cancel()
-			}
-		})
-	}()
-	<-done
+	<-o.Watch(ctx, 20*time.Millisecond, func(st Stats, report bool) {
+		if calls == 0 && (report || st.Pending != 1) {
+			t.Errorf("first call: pending %d, report %v; want 1 and no report yet", st.Pending, report)
+		}
+		calls++
+		if report {
+			reports++
+			cancel()
+		}
+	})
 	if reports != 1 || ctx.Err() != context.Canceled {
 		t.Fatalf("%d calls, %d reports, ctx %v: want a report before the 10 s bound", calls, reports, ctx.Err())
 	}

@@ -23,6 +23,7 @@ type instantConn struct {
 func (c *instantConn) Gen() uint64                                        { return 1 }
 func (c *instantConn) SessionPresent() bool                               { return false }
 func (c *instantConn) Lost() <-chan struct{}                              { return c.lost }
+func (c *instantConn) Context() context.Context                           { return mqttclient.LostContext(c.lost) }
 func (c *instantConn) Alive() bool                                        { return true }
 func (c *instantConn) Drop(error)                                         {}
 func (c *instantConn) Publish(context.Context, mqttmsg.Publication) error { return nil }

@@ -355,13 +355,8 @@ type input struct {
 
 	resumed *inbox.ResumeLog
 
-	mu       sync.Mutex
-	client   mqttclient.Transport
-	stopLink context.CancelFunc // ends the connected gauge's watcher
-	link     struct {           // the current connection's linkContext
-		conn mqttclient.Conn
-		ctx  context.Context
-	}
+	mu     sync.Mutex
+	client mqttclient.Transport
 	closed bool
 
 	retainedWarn benthoslog.Every // at most one retained-envelope warning per Interval
@@ -439,15 +434,13 @@ func (i *input) Connect(ctx context.Context) error {
 				}
 				return conn.Subscribe(ctx, i.s.subs.BrokerFilters(i.s.qos))
 			},
+			OnLink: i.m.setConnected,
 		})
 		if err != nil {
 			i.mu.Unlock()
 			return err
 		}
 		i.client = client
-		linkCtx, stop := context.WithCancel(context.Background())
-		i.stopLink = stop
-		go mqttclient.WatchLink(linkCtx, client, i.m.setConnected)
 	}
 	client := i.client
 	i.mu.Unlock()
@@ -480,7 +473,7 @@ func (i *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.Ac
 		return nil, nil, service.ErrNotConnected
 	}
 	readCtx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(i.linkContext(conn), cancel)
+	stop := context.AfterFunc(conn.Context(), cancel)
 	d, err := i.in.Read(readCtx)
 	stop()
 	cancel()
@@ -528,9 +521,6 @@ func (i *input) Close(ctx context.Context) error {
 	i.closed = true
 	client := i.client
 	i.client = nil
-	if i.stopLink != nil {
-		i.stopLink()
-	}
 	i.mu.Unlock()
 
 	i.in.Close()
@@ -543,20 +533,4 @@ func (i *input) Close(ctx context.Context) error {
 		return nil
 	}
 	return client.Close(ctx)
-}
-
-// linkContext returns a context that ends when conn is lost, one per
-// connection (one goroutine per connection, not per Read).
-func (i *input) linkContext(conn mqttclient.Conn) context.Context {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.link.conn != conn {
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			<-conn.Lost()
-			cancel()
-		}()
-		i.link.conn, i.link.ctx = conn, ctx
-	}
-	return i.link.ctx
 }

@@ -75,7 +75,7 @@ func (o *output) Connect(ctx context.Context) error {
 			o.stopMu.Lock()
 			o.stop = cancel
 			o.stopMu.Unlock()
-			go o.m.watchOutbox(runCtx, ob, o.log, o.s.statsInterval)
+			o.m.watchOutbox(runCtx, ob, o.log, o.s.statsInterval)
 		})
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.out.ConnectTimeout())

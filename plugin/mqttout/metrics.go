@@ -67,7 +67,8 @@ func (m *metrics) SetConnected(up bool) {
 }
 
 // watchOutbox refreshes the outbox gauges once a second and, when every > 0,
-// logs a summary line that often.
+// logs a summary line that often, until ctx ends (the outbox's watcher runs
+// on its own goroutine).
 func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *service.Logger, every time.Duration) {
 	var lastPub, lastConf int64
 	ob.Watch(ctx, every, func(st outbox.Stats, report bool) {
