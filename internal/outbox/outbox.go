@@ -217,7 +217,7 @@ func (o *Outbox) section() boltfile.Section {
 // is the newest record version (record.go).
 var layout = boltfile.Section{
 	Name:     "outbox",
-	Format:   recordVersion,
+	Format:   Format,
 	Buckets:  [][]byte{bucketRecords, bucketIDs, bucketMeta},
 	Init:     initClientID,
 	Complete: func(meta *bolt.Bucket) bool { return meta.Get(keyClientID) != nil },

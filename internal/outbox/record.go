@@ -39,12 +39,12 @@ func size(eventID, topic string, props []byte, payload []byte) int64 {
 // properties field, byte for byte what was written before version 3
 // existed, so an older binary still reads it. A version above 3 was written
 // by a newer release: it is refused (newerRecord), never set aside as
-// damage, and the outbox's format marker (layout.Format) says 3. A version-2 record may carry
-// properties in its topic field (props.go, splitLegacyTopic); it is read
-// as the record it always was. Version 1, written before checksums, is
-// version 2 without the CRC; it is read only while upgrading a file
-// (upgradeRecords), never after: in a checksummed outbox a version byte of
-// 1 is damage.
+// damage; the outbox's format marker (Format) says 3. A version-2 record
+// may carry properties in its topic field (props.go, splitLegacyTopic); it
+// is read as the record it always was. Version 1, written before
+// checksums, is version 2 without the CRC; it is read only while upgrading
+// a file (upgradeRecords), never after: in a checksummed outbox a version
+// byte of 1 is damage.
 const (
 	recordVersionV1 = 1
 	recordVersionV2 = 2
