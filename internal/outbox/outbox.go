@@ -15,7 +15,9 @@
 //	outbox/meta     "pending", "pending_bytes", "damaged", "format" (8-byte
 //	                big-endian), "client_id", "checksums" (present: every
 //	                record has one)
-//	outbox/damaged  seq -> a record value that failed its checksum (damaged.go)
+//	outbox/damaged  seq -> a record value set aside: it failed its checksum
+//	                (damaged.go), or an older release did not read its
+//	                version; Restore puts back what reads (setaside.go)
 package outbox
 
 import (

@@ -11,9 +11,9 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
-// What a set-aside record (outbox/damaged) is, judged by this build: the
-// reason it is there is not stored, since the release that set it aside
-// may have judged it by an older format (a release before record version 3
+// AsideKind is what a set-aside record (outbox/damaged) is, judged by this
+// build. Why it was set aside is not stored: the release that did it may
+// have judged it by an older format (the release before record version 3
 // set aside every version-3 record as "unknown").
 type AsideKind int
 
