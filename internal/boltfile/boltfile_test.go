@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // childHoldEnv makes the test binary act as another process that holds a file.
@@ -116,8 +117,7 @@ func TestNewFileHoldsItsBucketsAndNoLeftover(t *testing.T) {
 // and the next start creates the file whole.
 func TestCreationKilledBeforeTheRenameLeavesNoFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "new.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childHoldEnv+"="+path, failpoint.EnvVar+"="+failpoint.CreateWritten)
+	cmd := harness.TestChild(childHoldEnv+"="+path, failpoint.EnvVar+"="+failpoint.CreateWritten)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
@@ -146,8 +146,8 @@ func TestCreationKilledBeforeTheRenameLeavesNoFile(t *testing.T) {
 func TestFilesWithoutOurDataAreRefusedAsDamaged(t *testing.T) {
 	cases := map[string]func(path string){
 		"empty":       func(path string) { writeFile(t, path, nil) },
-		"no buckets":  func(path string) { writeBolt(t, path, func(*bolt.Tx) error { return nil }) },
-		"marker only": func(path string) { writeBolt(t, path, func(tx *bolt.Tx) error { return writeMarker(tx) }) },
+		"no buckets":  func(path string) { harness.WriteBolt(t, path, func(*bolt.Tx) error { return nil }) },
+		"marker only": func(path string) { harness.WriteBolt(t, path, func(tx *bolt.Tx) error { return writeMarker(tx) }) },
 	}
 	for name, make := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -248,7 +248,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 		{
 			name: "bolt file of another program",
 			make: func(t *testing.T, path string) {
-				writeBolt(t, path, func(tx *bolt.Tx) error {
+				harness.WriteBolt(t, path, func(tx *bolt.Tx) error {
 					for _, n := range []string{"x", "y"} {
 						if _, err := tx.CreateBucket([]byte(n)); err != nil {
 							return err
@@ -262,7 +262,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 		{
 			name: "other format version",
 			make: func(t *testing.T, path string) {
-				writeBolt(t, path, func(tx *bolt.Tx) error {
+				harness.WriteBolt(t, path, func(tx *bolt.Tx) error {
 					b, err := tx.CreateBucket([]byte(MarkerBucket))
 					if err != nil {
 						return err
@@ -275,7 +275,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 		{
 			name: "marker of another program",
 			make: func(t *testing.T, path string) {
-				writeBolt(t, path, func(tx *bolt.Tx) error {
+				harness.WriteBolt(t, path, func(tx *bolt.Tx) error {
 					b, err := tx.CreateBucket([]byte(MarkerBucket))
 					if err != nil {
 						return err
@@ -288,7 +288,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 		{
 			name: "marker bucket without key",
 			make: func(t *testing.T, path string) {
-				writeBolt(t, path, func(tx *bolt.Tx) error {
+				harness.WriteBolt(t, path, func(tx *bolt.Tx) error {
 					_, err := tx.CreateBucket([]byte(MarkerBucket))
 					return err
 				})
@@ -383,8 +383,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 
 func TestFileLockedByAnotherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "held.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childHoldEnv+"="+path)
+	cmd := harness.TestChild(childHoldEnv + "=" + path)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -441,20 +440,6 @@ func TestFileLockedByAnotherProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Release()
-}
-
-func writeBolt(t *testing.T, path string, fn func(*bolt.Tx) error) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(fn); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // makeOurs writes a reliable-mqtt file with some data and returns the size

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/failpoint"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // childCompactEnv makes the test binary a process that opens the file named
@@ -222,8 +223,7 @@ func TestCompactionSurvivesSIGKILLAtEveryStep(t *testing.T) {
 
 func runCompactChild(t *testing.T, path, point string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childCompactEnv+"="+path, failpoint.EnvVar+"="+point)
+	cmd := harness.TestChild(childCompactEnv+"="+path, failpoint.EnvVar+"="+point)
 	done := make(chan struct{})
 	var out []byte
 	var err error

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // childCommitEnv makes the test binary a process that commits keys, prints
@@ -400,8 +400,7 @@ func TestExpireKeepsClaimedKeysAndIsBatched(t *testing.T) {
 // A SIGKILLed process loses no key it reported as committed.
 func TestCommittedKeysSurviveSIGKILL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childCommitEnv+"="+path)
+	cmd := harness.TestChild(childCommitEnv + "=" + path)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

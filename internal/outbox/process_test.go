@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
+	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
 // The test binary re-executes itself as a child process in these modes.
@@ -80,8 +81,7 @@ func runChild(mode, path string) int {
 // startChild runs the test binary in mode and returns it with its stdout.
 func startChild(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childModeEnv+"="+mode, childPathEnv+"="+path)
+	cmd := harness.TestChild(childModeEnv+"="+mode, childPathEnv+"="+path)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

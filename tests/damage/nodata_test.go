@@ -23,9 +23,9 @@ var noData = map[string]func(t *testing.T, path string){
 			t.Fatal(err)
 		}
 	},
-	"bbolt file without buckets": func(t *testing.T, path string) { writeBolt(t, path, func(*bolt.Tx) error { return nil }) },
+	"bbolt file without buckets": func(t *testing.T, path string) { harness.WriteBolt(t, path, func(*bolt.Tx) error { return nil }) },
 	"format marker only": func(t *testing.T, path string) {
-		writeBolt(t, path, func(tx *bolt.Tx) error {
+		harness.WriteBolt(t, path, func(tx *bolt.Tx) error {
 			b, err := tx.CreateBucket([]byte("reliable-mqtt"))
 			if err != nil {
 				return err
@@ -33,20 +33,6 @@ var noData = map[string]func(t *testing.T, path string){
 			return b.Put([]byte("format"), []byte("reliable-mqtt/1"))
 		})
 	},
-}
-
-func writeBolt(t *testing.T, path string, fn func(*bolt.Tx) error) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(fn); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestFileWithoutOurDataIsRefusedAtStart: such a file at a configured
