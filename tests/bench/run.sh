@@ -39,6 +39,8 @@ END {
 		printf "  backlog drain / live confirm     %5.0f%%  (target ~100%%)\n", 100 * rate["BacklogRecovery"] / rate["BrokerConfirm"]
 	if (rate["BaselinePahoQoS1"] > 0 && rate["Chain/full"] > 0)
 		printf "  chain (real processes) / paho    %5.0f%%  (%.0f msgs/s)\n", 100 * rate["Chain/full"] / rate["BaselinePahoQoS1"], rate["Chain/full"]
+	if (rate["Pack/unpacked"] > 0 && rate["Pack/packed"] > 0)
+		printf "  packed / unpacked end-to-end     %5.0f%%  (%.0f msgs/s; paho %.0f)\n", 100 * rate["Pack/packed"] / rate["Pack/unpacked"], rate["Pack/packed"], rate["Pack/paho_qos1"]
 	if (rate["OutboxAppend64Writers"] > 0)
 		printf "  outbox appends                   %.0f msgs/s (target >= 50000)\n", rate["OutboxAppend64Writers"]
 }' "$out"

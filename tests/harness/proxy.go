@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,6 +26,8 @@ type Proxy struct {
 	conns   map[*proxyConn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+
+	up, down atomic.Int64 // bytes forwarded to the target, and back
 }
 
 // proxyConn is one client connection and its upstream connection.
@@ -101,6 +104,10 @@ func (p *Proxy) Restore() {
 	}
 }
 
+// Bytes are the bytes forwarded so far: up from the clients to the
+// target, down from the target to the clients (a link's metered traffic).
+func (p *Proxy) Bytes() (up, down int64) { return p.up.Load(), p.down.Load() }
+
 // Conns is the number of connections open through the proxy now.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -152,8 +159,8 @@ func (p *Proxy) serve(client net.Conn) {
 
 	var pipes sync.WaitGroup
 	pipes.Add(2)
-	go func() { defer pipes.Done(); p.pipe(c, client, upstream) }()
-	go func() { defer pipes.Done(); p.pipe(c, upstream, client) }()
+	go func() { defer pipes.Done(); p.pipe(c, client, upstream, &p.up) }()
+	go func() { defer pipes.Done(); p.pipe(c, upstream, client, &p.down) }()
 	pipes.Wait()
 
 	p.mu.Lock()
@@ -163,7 +170,7 @@ func (p *Proxy) serve(client net.Conn) {
 
 // pipe copies src to dst until either side fails, then closes both: MQTT
 // never half-closes, so one direction ending ends the connection.
-func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
+func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, count *atomic.Int64) {
 	defer c.close()
 	buf := make([]byte, 32*1024)
 	for {
@@ -175,6 +182,7 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
+			count.Add(int64(n))
 		}
 		if err != nil {
 			return
