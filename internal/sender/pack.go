@@ -21,6 +21,10 @@ const DefaultPackMaxBytes = 64 << 10
 // on reports whether frames are sent at all.
 func (p Pack) on() bool { return p.MaxEvents > 1 }
 
+// packetOverhead bounds a PUBLISH's bytes beyond its topic and payload
+// (fixed header, lengths, packet ID, an empty property section).
+const packetOverhead = 16
+
 // frameOverhead bounds the bytes a frame adds to an event beyond its ID,
 // topic, properties, trace context and payload: the length prefixes.
 const frameOverhead = 8 * 5
@@ -29,9 +33,15 @@ const frameOverhead = 8 * 5
 // pending ones: a frame of as many as fit, or the first alone (as it is,
 // never a frame of one). It never waits for more records: it packs what
 // is there. Records for another topic than the first's, or that cannot
-// ride in a frame, end the frame before them.
-func (sd *Sender) packed(recs []outbox.Record) (n int, id string, pub mqttmsg.Publication) {
+// ride in a frame, end the frame before them. maxPacket is the server's
+// Maximum Packet Size (0: none): a frame stays within it, or its records
+// would be refused together for ever.
+func (sd *Sender) packed(recs []outbox.Record, maxPacket uint32) (n int, id string, pub mqttmsg.Publication) {
 	p := sd.s.Pack
+	budget := p.MaxBytes
+	if maxPacket > 0 {
+		budget = min(budget, int(maxPacket)-packetOverhead-len(recs[0].Topic))
+	}
 	alone := func() (int, string, mqttmsg.Publication) {
 		return 1, recs[0].EventID, recordPublication(recs[0], sd.s)
 	}
@@ -47,7 +57,7 @@ func (sd *Sender) packed(recs []outbox.Record) (n int, id string, pub mqttmsg.Pu
 			break
 		}
 		sz := eventSize(fe)
-		if len(events) > 0 && size+sz > p.MaxBytes {
+		if len(events) > 0 && size+sz > budget {
 			break
 		}
 		events, topic, size = append(events, fe), t, size+sz
@@ -56,7 +66,7 @@ func (sd *Sender) packed(recs []outbox.Record) (n int, id string, pub mqttmsg.Pu
 		return alone()
 	}
 	b, fid, err := frame.Encode(events, frame.Options{Compression: p.Compression})
-	if err != nil {
+	if err != nil || maxPacket > 0 && len(b)+len(topic)+packetOverhead > int(maxPacket) {
 		return alone() // an event no frame can carry goes as it is
 	}
 	ev := mqttmsg.Event{EventID: fid, Topic: topic, Payload: b, Retained: sd.s.Retained}

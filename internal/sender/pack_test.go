@@ -217,3 +217,92 @@ func TestALoneRecordIsNotHeldForAFrame(t *testing.T) {
 	acks.Push("e1")
 	eventually(t, "the record to leave", func() bool { return ob.Stats().Pending == 0 })
 }
+
+// With confirm: broker a frame's PUBACK confirms all its records at once
+// (envelope: delivery, frames to the records' own topic), and a server's
+// Maximum Packet Size bounds the frames.
+func TestAFramesPUBACKConfirmsItsRecords(t *testing.T) {
+	ob, err := outbox.Open(t.TempDir()+"/outbox.db", outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ob.Close() })
+	enc := codec.Encoding{Mode: codec.Delivery, MaxPayloadBytes: 1 << 20}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 1; i <= 40; i++ {
+		ev, err := enc.Encode(fmt.Sprintf("e%d", i), "plant/a", fmt.Appendf(nil, `{"n":%d}`, i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ob.Append(ctx, outbox.Entry{Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
+	conn := &recordingConn{instantConn: instantConn{lost: make(chan struct{})}}
+	limited := &packetLimitConn{recordingConn: conn, max: 400}
+	cfg := Config{Window: 64, PublishTimeout: time.Minute, Confirm: ByPuback(),
+		Retry: backoff.Backoff{Initial: time.Millisecond, Max: time.Millisecond}, Encoding: enc,
+		Pack: Pack{MaxEvents: 64, MaxBytes: 1 << 16, Compression: frame.None}}
+	sd := New(cfg, ob, oneConn{limited}, NewAckQueue(), NewIgnoredACKs(m, &lockedLog{}), m, &lockedLog{})
+	runCtx, stop := context.WithCancel(context.Background())
+	defer func() { stop(); _ = sd.Wait(context.Background()) }()
+	go sd.Run(runCtx)
+	eventually(t, "every record to leave the outbox", func() bool { return ob.Stats().Pending == 0 })
+	var ids []string
+	frames := 0
+	for _, p := range conn.published() {
+		if p.Topic != "plant/a" {
+			t.Fatalf("published to %q, want the records' topic", p.Topic)
+		}
+		if len(p.Payload)+len(p.Topic)+packetOverhead > 400 {
+			t.Fatalf("a publish of %d bytes beyond the server's Maximum Packet Size of 400", len(p.Payload))
+		}
+		if !frame.Is(p.Payload) {
+			del, err := envelope.DecodeDelivery(p.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, del.EventID)
+			continue
+		}
+		frames++
+		_, events, err := frame.Decode(p.Payload, frame.DefaultLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
+			if e.Topic != "" || string(e.Payload) != fmt.Sprintf(`{"n":%s}`, e.ID[1:]) {
+				t.Fatalf("event %s: topic %q payload %s", e.ID, e.Topic, e.Payload)
+			}
+			ids = append(ids, e.ID)
+		}
+	}
+	if frames < 2 {
+		t.Fatalf("%d frames for 40 records under a 400-byte packet limit, want several", frames)
+	}
+	for i, id := range ids {
+		if want := fmt.Sprintf("e%d", i+1); id != want {
+			t.Fatalf("publish order %v, want e1..e40 in order", ids)
+		}
+	}
+	m.mu.Lock()
+	confirmed := m.confirmed
+	m.mu.Unlock()
+	if len(ids) != 40 || confirmed != 40 {
+		t.Fatalf("%d events published, %d confirmed; want 40 each", len(ids), confirmed)
+	}
+}
+
+// packetLimitConn is a recordingConn whose server states a Maximum Packet Size.
+type packetLimitConn struct {
+	*recordingConn
+	max uint32
+}
+
+func (c *packetLimitConn) Limits() mqttclient.ServerLimits {
+	l := mqttclient.NoLimits
+	l.MaximumPacketSize = c.max
+	return l
+}

@@ -185,7 +185,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		progress = true
 	}
 	publish := func(recs []outbox.Record) (int, string, Token) {
-		n, id, pub := sd.packed(recs)
+		n, id, pub := sd.packed(recs, conn.Limits().MaximumPacketSize)
 		tok := conn.PublishAsync(pub)
 		for _, r := range recs[:n] {
 			sd.m.OnPublished()
