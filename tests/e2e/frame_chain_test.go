@@ -111,12 +111,7 @@ output:
 	if err := publisher.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	got := ledgerDeliveries(t, sub)
-	for i := 1; i <= n; i++ {
-		if got[fmt.Sprintf("ev-%d", i)] == 0 {
-			t.Errorf("event ev-%d never delivered", i)
-		}
-	}
+	everyEventDelivered(t, sub, n)
 	enqueued, pending, keys := ledgerFileCounts(t, filepath.Join(consumerDir, "consumer.db"))
 	frames, publishes := 0, watch.Count()
 	for _, msg := range watch.Messages() {

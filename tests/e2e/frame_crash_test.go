@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -41,31 +40,6 @@ func frameStream(t *testing.T, rng *rand.Rand, stream []string) [][]byte {
 	return frames
 }
 
-// publishFrames publishes frames to events/in, chunk at a time with pause
-// after each chunk, from a goroutine of its own (as harness.PublishStream).
-func publishFrames(t *testing.T, url string, frames [][]byte, chunk int, pause time.Duration) <-chan struct{} {
-	done, stop := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for start := 0; start < len(frames); start += chunk {
-			if err := harness.PublishErr(url, "events/in", frames[start:min(start+chunk, len(frames))]); err != nil {
-				t.Errorf("publish frames %d..: %v", start+1, err)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(pause):
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
-	return done
-}
-
 // TestFrameCrashLoopEnqueuesEveryEventOnce is
 // TestLedgerRandomCrashLoopEnqueuesEveryEventOnce with frames: the
 // producer publishes the events, each one to three times, packed into
@@ -87,21 +61,7 @@ func TestFrameCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 	rng := testRand(t, 11)
 	stream := dupStream(rng, n)
 	frames := frameStream(t, rng, stream)
-	published := publishFrames(t, m.URL(), frames, 1, 40*time.Millisecond)
-	for k := range kills {
-		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
-		p.Kill()
-		t.Logf("kill %d: %d distinct events published so far", k+1, len(ledgerDeliveries(t, sub)))
-		p.Restart()
-	}
-	select {
-	case <-published:
-	case <-time.After(60 * time.Second):
-		t.Fatal("producer did not finish within 60s")
-	}
-	harness.Eventually(t, 60*time.Second, "every event at the subscriber", func() bool {
-		return len(ledgerDeliveries(t, sub)) >= n
-	})
+	crashLoop(t, p, rng, kills, harness.PublishChunks(t, m.URL(), "events/in", frames, 1, 40*time.Millisecond), sub, n)
 	sentinel := frameStream(t, rng, []string{"sentinel"})
 	harness.Publish(t, m.URL(), "events/in", sentinel)
 	harness.Eventually(t, 30*time.Second, "the sentinel at the subscriber", func() bool {
@@ -114,12 +74,7 @@ func TestFrameCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := ledgerDeliveries(t, sub)
-	for i := 1; i <= n; i++ {
-		if got[fmt.Sprintf("ev-%d", i)] == 0 {
-			t.Errorf("event ev-%d never delivered", i)
-		}
-	}
+	everyEventDelivered(t, sub, n)
 	enqueued, pending, keys := ledgerFileCounts(t, filepath.Join(dir, "consumer.db"))
 	t.Logf("%d events, %d copies in %d frames, %d kills: enqueued %d records (incl. sentinel), %d pending, %d ledger keys",
 		n, len(stream), len(frames), kills, enqueued, pending, keys)

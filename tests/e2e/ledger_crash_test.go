@@ -137,21 +137,7 @@ func TestLedgerRandomCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 
 	rng := testRand(t, 7)
 	stream := dupStream(rng, n)
-	published := publishStream(t, m.URL(), stream, 25, 60*time.Millisecond)
-	for k := range kills {
-		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
-		p.Kill()
-		t.Logf("kill %d: %d distinct events published so far", k+1, len(ledgerDeliveries(t, sub)))
-		p.Restart()
-	}
-	select {
-	case <-published:
-	case <-time.After(60 * time.Second):
-		t.Fatal("producer did not finish within 60s")
-	}
-	harness.Eventually(t, 60*time.Second, "every event at the subscriber", func() bool {
-		return len(ledgerDeliveries(t, sub)) >= n
-	})
+	crashLoop(t, p, rng, kills, publishStream(t, m.URL(), stream, 25, 60*time.Millisecond), sub, n)
 	ledgerSentinel(t, m.URL(), sub, "sentinel", 30*time.Second)
 	if !p.WaitForLog("; 0 pending (", 20*time.Second) {
 		t.Fatal("outbox never drained")
@@ -160,15 +146,7 @@ func TestLedgerRandomCrashLoopEnqueuesEveryEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := ledgerDeliveries(t, sub)
-	extra := 0
-	for i := 1; i <= n; i++ {
-		c := got[fmt.Sprintf("ev-%d", i)]
-		if c == 0 {
-			t.Errorf("event ev-%d never delivered", i)
-		}
-		extra += max(c-1, 0)
-	}
+	extra := everyEventDelivered(t, sub, n)
 	enqueued, pending, keys := ledgerFileCounts(t, filepath.Join(dir, "consumer.db"))
 	t.Logf("%d events, %d copies published by the producer, %d kills: enqueued %d records (incl. sentinel), %d pending, %d ledger keys, %d extra publishes (at-least-once publish after a crash)",
 		n, len(stream), kills, enqueued, pending, keys, extra)

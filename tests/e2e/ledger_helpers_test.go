@@ -153,3 +153,39 @@ func ledgerSentinel(t *testing.T, url string, sub *harness.Subscriber, id string
 		return ledgerDeliveries(t, sub)[id] > 0
 	})
 }
+
+// crashLoop SIGKILLs and restarts p kills times, at random moments while
+// the producer publishes, then waits (bounded) for the producer to finish
+// and for every one of the n events at the subscriber.
+func crashLoop(t *testing.T, p *harness.Proc, rng *rand.Rand, kills int, published <-chan struct{}, sub *harness.Subscriber, n int) {
+	t.Helper()
+	for k := range kills {
+		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		p.Kill()
+		t.Logf("kill %d: %d distinct events published so far", k+1, len(ledgerDeliveries(t, sub)))
+		p.Restart()
+	}
+	select {
+	case <-published:
+	case <-time.After(60 * time.Second):
+		t.Fatal("producer did not finish within 60s")
+	}
+	harness.Eventually(t, 60*time.Second, "every event at the subscriber", func() bool {
+		return len(ledgerDeliveries(t, sub)) >= n
+	})
+}
+
+// everyEventDelivered fails the test unless the subscriber received each
+// of ev-1..ev-n, and returns how many extra copies it received.
+func everyEventDelivered(t *testing.T, sub *harness.Subscriber, n int) (extra int) {
+	t.Helper()
+	got := ledgerDeliveries(t, sub)
+	for i := 1; i <= n; i++ {
+		c := got[fmt.Sprintf("ev-%d", i)]
+		if c == 0 {
+			t.Errorf("event ev-%d never delivered", i)
+		}
+		extra += max(c-1, 0)
+	}
+	return extra
+}

@@ -38,22 +38,29 @@ func DupStream(rng *rand.Rand, n int) []string {
 }
 
 // PublishStream publishes LedgerEvent(id) for every id of stream to
-// events/in at url, chunk events at a time with pause after each chunk, from
-// a goroutine of its own; the returned channel is closed when it is done. A
-// publish error is reported with t.Error (t.Fatal belongs to the test's
-// goroutine) and ends the stream. The end of the test ends it too, and
-// waits for it, so it never reports into a finished test.
+// events/in at url, as PublishChunks does.
 func PublishStream(t testing.TB, url string, stream []string, chunk int, pause time.Duration) <-chan struct{} {
+	events := make([][]byte, len(stream))
+	for i, id := range stream {
+		events[i] = LedgerEvent(id)
+	}
+	return PublishChunks(t, url, "events/in", events, chunk, pause)
+}
+
+// PublishChunks publishes payloads to topic at url, chunk at a time with
+// pause after each chunk, from a goroutine of its own; the returned channel
+// is closed when it is done. A publish error is reported with t.Error
+// (t.Fatal belongs to the test's goroutine) and ends the stream. The end of
+// the test ends it too, and waits for it, so it never reports into a
+// finished test.
+func PublishChunks(t testing.TB, url, topic string, payloads [][]byte, chunk int, pause time.Duration) <-chan struct{} {
 	done, stop := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		for start := 0; start < len(stream); start += chunk {
-			var events [][]byte
-			for _, id := range stream[start:min(start+chunk, len(stream))] {
-				events = append(events, LedgerEvent(id))
-			}
-			if err := PublishErr(url, "events/in", events); err != nil {
-				t.Errorf("publish events %d..%d of the stream: %v", start+1, start+len(events), err)
+		for start := 0; start < len(payloads); start += chunk {
+			part := payloads[start:min(start+chunk, len(payloads))]
+			if err := PublishErr(url, topic, part); err != nil {
+				t.Errorf("publish payloads %d..%d of the stream: %v", start+1, start+len(part), err)
 				return
 			}
 			select {
