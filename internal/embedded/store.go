@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
@@ -121,7 +122,17 @@ func (h *storeHook) Init(config any) error {
 	if !ok || path == "" {
 		return mqtt.ErrInvalidConfigType
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout})
+	// No freelist is written at each commit (one page less per fsync:
+	// flash wear, docs/operations.md); bbolt rebuilds it at open by
+	// walking the tree, which is walked safely first.
+	err := boltfile.CheckTree(path, openTimeout)
+	if errors.Is(err, boltfile.ErrLocked) {
+		err = berrors.ErrTimeout
+	}
+	var db *bbolt.DB
+	if err == nil {
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout, NoFreelistSync: true})
+	}
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return fmt.Errorf("open broker store %s: file is locked, another process is running a broker on this dir; "+

@@ -133,10 +133,15 @@ func (w *writer) close() error {
 
 // linger is how long the committer holds changes nobody waits for, hoping
 // a waiter arrives to share the fsync: a publisher that waits for each
-// PUBACK then costs one commit per message instead of two (its fan-out
-// tail rides along with the next publish). Those changes are covered by
-// fan-out records until committed, so delaying them loses nothing.
-const linger = 2 * time.Millisecond
+// PUBACK then costs one commit per message instead of two (the removal of
+// what a subscriber PUBACKed rides along with the next publish). Under a
+// steady stream the next publish comes long before this passes; each commit
+// costs at least a leaf, its branches and a meta page on the disk, so
+// committing removals alone doubled the bytes written per message (flash
+// wear, docs/operations.md). Those changes are covered by fan-out records
+// until committed, so delaying them loses nothing: a power cut before they
+// commit delivers a PUBACKed message again.
+const linger = time.Second
 
 func (w *writer) run() {
 	defer close(w.done)
