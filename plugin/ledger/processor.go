@@ -236,35 +236,20 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, err
 		}
 	}
-	dup, err := conffield.FieldEnum(conf, fieldOnDuplicate, duplicateDrop, duplicateFlag)
+	var dup, mode, verify string
+	err = conffield.Read(conf,
+		conffield.Enum(&dup, fieldOnDuplicate, duplicateDrop, duplicateFlag),
+		conffield.Duration(&s.retention, fieldRetention),
+		conffield.Enum(&mode, fieldCommit, commitAuto, commitImmediate),
+		conffield.PositiveDuration(&s.waitTimeout, fieldWaitTimeout),
+		conffield.Enum(&verify, fieldVerify, boltfile.VerifyValues...),
+		conffield.Bool(&s.rollback, fieldRollback))
 	if err != nil {
-		return s, err
-	}
-	s.flag = dup == duplicateFlag
-	if s.retention, err = conf.FieldDuration(fieldRetention); err != nil {
 		return s, err
 	}
 	if s.retention < 0 {
 		return s, fmt.Errorf("retention must not be negative, got %s", s.retention)
 	}
-	mode, err := conffield.FieldEnum(conf, fieldCommit, commitAuto, commitImmediate)
-	if err != nil {
-		return s, err
-	}
-	s.immediate = mode == commitImmediate
-	if s.waitTimeout, err = conf.FieldDuration(fieldWaitTimeout); err != nil {
-		return s, err
-	}
-	if s.waitTimeout <= 0 {
-		return s, fmt.Errorf("wait_timeout must be positive, got %s", s.waitTimeout)
-	}
-	verify, err := conffield.FieldEnum(conf, fieldVerify, boltfile.VerifyValues...)
-	if err != nil {
-		return s, err
-	}
-	s.verify = boltfile.Verify(verify)
-	if s.rollback, err = conf.FieldBool(fieldRollback); err != nil {
-		return s, err
-	}
+	s.flag, s.immediate, s.verify = dup == duplicateFlag, mode == commitImmediate, boltfile.Verify(verify)
 	return s, nil
 }

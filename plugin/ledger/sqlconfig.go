@@ -2,12 +2,12 @@ package ledger
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 const (
@@ -107,46 +107,19 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 	c := &s.pool.Config
 	var driver string
 	var retries int
-	strs := []struct {
-		to    *string
-		field []string
-	}{{&driver, []string{fieldSQLDriver}}, {&c.DSN, []string{fieldSQLDSN}}, {&c.Table, []string{fieldSQLTable}}}
-	ints := []struct {
-		to    *int
-		field []string
-	}{
-		{&s.pool.MaxBatch, []string{fieldSQLMaxBatch}}, {&c.MaxOpenConns, []string{fieldSQLMaxOpen}},
-		{&c.MaxIdleConns, []string{fieldSQLMaxIdle}}, {&retries, []string{fieldSQLRetry, fieldSQLRetryCount}},
-	}
-	durations := []struct {
-		to    *time.Duration
-		field []string
-	}{
-		{&c.ConnMaxLifetime, []string{fieldSQLConnMaxLifetime}}, {&c.ConnectTimeout, []string{fieldSQLConnectTimeout}},
-		{&s.pool.StartupWait, []string{fieldSQLStartupWait}}, {&c.TxTimeout, []string{fieldSQLTxTimeout}},
-		{&c.BusyTimeout, []string{fieldSQLBusyTimeout}}, {&c.RetryInitial, []string{fieldSQLRetry, fieldSQLRetryInitial}},
-		{&c.RetryMax, []string{fieldSQLRetry, fieldSQLRetryMax}},
-	}
-	var err error
-	for _, f := range strs {
-		if *f.to, err = conf.FieldString(f.field...); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range ints {
-		if *f.to, err = conf.FieldInt(f.field...); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range durations {
-		if *f.to, err = conf.FieldDuration(f.field...); err != nil {
-			return nil, err
-		}
-	}
-	c.Driver, c.MaxRetries = sqlledger.Driver(driver), retries
-	if s.pool.Init, err = conf.FieldStringList(fieldSQLInit); err != nil {
+	err := conffield.Read(conf,
+		conffield.String(&driver, fieldSQLDriver), conffield.String(&c.DSN, fieldSQLDSN), conffield.String(&c.Table, fieldSQLTable),
+		conffield.Int(&s.pool.MaxBatch, fieldSQLMaxBatch), conffield.Int(&c.MaxOpenConns, fieldSQLMaxOpen),
+		conffield.Int(&c.MaxIdleConns, fieldSQLMaxIdle), conffield.Int(&retries, fieldSQLRetry, fieldSQLRetryCount),
+		conffield.Duration(&c.ConnMaxLifetime, fieldSQLConnMaxLifetime), conffield.Duration(&c.ConnectTimeout, fieldSQLConnectTimeout),
+		conffield.Duration(&s.pool.StartupWait, fieldSQLStartupWait), conffield.Duration(&c.TxTimeout, fieldSQLTxTimeout),
+		conffield.Duration(&c.BusyTimeout, fieldSQLBusyTimeout),
+		conffield.Duration(&c.RetryInitial, fieldSQLRetry, fieldSQLRetryInitial), conffield.Duration(&c.RetryMax, fieldSQLRetry, fieldSQLRetryMax),
+		conffield.StringList(&s.pool.Init, fieldSQLInit))
+	if err != nil {
 		return nil, err
 	}
+	c.Driver, c.MaxRetries = sqlledger.Driver(driver), retries
 	stmts, err := conf.FieldObjectList(fieldSQLApply)
 	if err != nil {
 		return nil, err

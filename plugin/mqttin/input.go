@@ -255,49 +255,35 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	if s.client, err = mqttconf.ParseConfig(conf); err != nil {
 		return s, err
 	}
-	if s.client.ClientID, err = conf.FieldString(fieldClientID); err != nil {
+	var qos int
+	var onMalformed string
+	err = conffield.Read(conf,
+		conffield.String(&s.client.ClientID, fieldClientID), conffield.Bool(&s.client.CleanSession, fieldCleanSession),
+		conffield.StringList(&s.topics, fieldTopics), conffield.Int(&qos, fieldQoS),
+		conffield.Int(&s.receiveBufferSize, fieldReceiveBuffer), conffield.PositiveDuration(&s.replayTimeout, fieldReplayTimeout),
+		conffield.Int(&s.replayBufferSize, fieldReplayBuffer),
+		conffield.Enum(&s.envelope, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties),
+		conffield.Enum(&onMalformed, fieldOnMalformed, malformedDrop, malformedFlag),
+		conffield.String(&s.ackTopic, fieldAckTopic), conffield.PositiveDuration(&s.ackPublishTimeout, fieldAckPublishTimeout))
+	if err != nil {
 		return s, err
 	}
+	s.flagMalformed = onMalformed == malformedFlag
 	if s.client.ClientID == "" {
 		return s, errors.New("client_id must not be empty: it names the persistent session that keeps messages while the pipeline is down")
 	}
-	if s.client.CleanSession, err = conf.FieldBool(fieldCleanSession); err != nil {
-		return s, err
-	}
-	if s.topics, err = conf.FieldStringList(fieldTopics); err != nil {
-		return s, err
-	}
 	if s.subs, err = inbox.ParseSubscriptions(s.topics); err != nil {
-		return s, err
-	}
-	qos, err := conf.FieldInt(fieldQoS)
-	if err != nil {
 		return s, err
 	}
 	if qos < 0 || qos > 2 {
 		return s, fmt.Errorf("qos must be 0, 1 or 2, got %d", qos)
 	}
 	s.qos = byte(qos)
-	if s.receiveBufferSize, err = conf.FieldInt(fieldReceiveBuffer); err != nil {
-		return s, err
-	}
 	if s.receiveBufferSize < 1 {
 		return s, fmt.Errorf("receive_buffer_size must be at least 1, got %d", s.receiveBufferSize)
 	}
-	if s.replayTimeout, err = conf.FieldDuration(fieldReplayTimeout); err != nil {
-		return s, err
-	}
-	if s.replayTimeout <= 0 {
-		return s, fmt.Errorf("session_replay_timeout must be positive, got %s", s.replayTimeout)
-	}
-	if s.replayBufferSize, err = conf.FieldInt(fieldReplayBuffer); err != nil {
-		return s, err
-	}
 	if s.replayBufferSize < 0 {
 		return s, fmt.Errorf("session_replay_buffer_size must be 0 (unbounded) or positive, got %d", s.replayBufferSize)
-	}
-	if s.envelope, err = conffield.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeIngress, envelopeDelivery, envelopeProperties); err != nil {
-		return s, err
 	}
 	if s.envelope == envelopeProperties && s.client.ProtocolVersion != mqttclient.V5 {
 		return s, errors.New("envelope: properties needs MQTT 5: set protocol_version: \"5\" (the broker must speak it), or use envelope: ingress or delivery")
@@ -307,14 +293,6 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 	}
 	// Receive Maximum: as many unacknowledged messages as can wait here.
 	s.client.ReceiveMaximum = uint16(min(s.receiveBufferSize, 65535))
-	onMalformed, err := conffield.FieldEnum(conf, fieldOnMalformed, malformedDrop, malformedFlag)
-	if err != nil {
-		return s, err
-	}
-	s.flagMalformed = onMalformed == malformedFlag
-	if s.ackTopic, err = conf.FieldString(fieldAckTopic); err != nil {
-		return s, err
-	}
 	if s.ackTopic != "" {
 		if s.envelope == envelopeNone {
 			return s, errors.New("ack_topic needs envelope: ingress, delivery or properties, since only a decoded envelope carries the event_id to acknowledge")
@@ -333,14 +311,8 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		}
 		s.ackAuthKey = keys[0]
 	}
-	if s.ackPublishTimeout, err = conf.FieldDuration(fieldAckPublishTimeout); err != nil {
-		return s, err
-	}
 	if s.retry, err = conffield.ParseBackoff(conf, fieldRetry); err != nil {
 		return s, err
-	}
-	if s.ackPublishTimeout <= 0 {
-		return s, errors.New("ack_publish_timeout must be positive")
 	}
 	return s, nil
 }

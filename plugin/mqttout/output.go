@@ -279,15 +279,14 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 			return s, fmt.Errorf("topic %q: %w", raw, err)
 		}
 	}
-	confirm, err := conffield.FieldEnum(conf, fieldConfirm, confirmBroker, confirmEndToEnd)
+	var confirm, env, dataTopic, ackTopic string
+	err = conffield.Read(conf, conffield.Enum(&confirm, fieldConfirm, confirmBroker, confirmEndToEnd),
+		conffield.Enum(&env, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties),
+		conffield.String(&dataTopic, fieldDataTopic), conffield.String(&ackTopic, fieldAckTopic))
 	if err != nil {
 		return s, err
 	}
 	endToEnd := confirm == confirmEndToEnd
-	env, err := conffield.FieldEnum(conf, fieldEnvelope, envelopeNone, envelopeDelivery, envelopeProperties)
-	if err != nil {
-		return s, err
-	}
 	if endToEnd && env == envelopeDelivery {
 		return s, errors.New("envelope: delivery applies to confirm: broker; end_to_end sends the ingress envelope (or, with envelope: properties, user properties)")
 	}
@@ -299,14 +298,6 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	o.RequireSubscribers = s.v5.requireSubscribers
-	dataTopic, err := conf.FieldString(fieldDataTopic)
-	if err != nil {
-		return s, err
-	}
-	ackTopic, err := conf.FieldString(fieldAckTopic)
-	if err != nil {
-		return s, err
-	}
 	if endToEnd {
 		// Publishing to a wildcard is refused by the broker with a dropped
 		// connection, which would look like an endless outage.

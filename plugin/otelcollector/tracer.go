@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 const (
@@ -79,12 +80,9 @@ func init() {
 }
 
 func newProvider(ctx context.Context, conf *service.ParsedConfig) (trace.TracerProvider, error) {
-	name, err := conf.FieldString(fieldService)
-	if err != nil {
-		return nil, err
-	}
-	tags, err := conf.FieldStringMap(fieldTags)
-	if err != nil {
+	var name string
+	var tags map[string]string
+	if err := conffield.Read(conf, conffield.String(&name, fieldService), conffield.StringMap(&tags, fieldTags)); err != nil {
 		return nil, err
 	}
 	sampler, err := parseSampler(conf.Namespace(fieldSampling))
@@ -141,12 +139,9 @@ func parseSampler(conf *service.ParsedConfig) (sdktrace.Sampler, error) {
 }
 
 func newExporter(ctx context.Context, transport string, c *service.ParsedConfig) (sdktrace.SpanExporter, error) {
-	addr, err := c.FieldString(fieldAddress)
-	if err != nil {
-		return nil, err
-	}
-	secure, err := c.FieldBool(fieldSecure)
-	if err != nil {
+	var addr string
+	var secure bool
+	if err := conffield.Read(c, conffield.String(&addr, fieldAddress), conffield.Bool(&secure, fieldSecure)); err != nil {
 		return nil, err
 	}
 	if addr == "" {

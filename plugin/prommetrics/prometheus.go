@@ -77,29 +77,12 @@ type exporter struct{ x *promexport.Exporter }
 
 func newExporter(conf *service.ParsedConfig, log *service.Logger) (service.MetricsExporter, error) {
 	var c promexport.Config
-	var err error
-	if c.Histogram, err = conf.FieldBool(fieldUseHistogramTiming); err != nil {
-		return nil, err
-	}
-	if c.Buckets, err = conf.FieldFloatList(fieldHistogramBuckets); err != nil {
-		return nil, err
-	}
-	if c.ProcessMetrics, err = conf.FieldBool(fieldAddProcessMetrics); err != nil {
-		return nil, err
-	}
-	if c.GoMetrics, err = conf.FieldBool(fieldAddGoMetrics); err != nil {
-		return nil, err
-	}
-	if c.PushURL, err = conf.FieldString(fieldPushURL); err != nil {
-		return nil, err
-	}
-	if c.PushInterval, err = conf.FieldDuration(fieldPushInterval); err != nil {
-		return nil, err
-	}
-	if c.PushJob, err = conf.FieldString(fieldPushJobName); err != nil {
-		return nil, err
-	}
-	if c.PushGrouping, err = conf.FieldStringMap(fieldPushGrouping); err != nil {
+	err := conffield.Read(conf,
+		conffield.Bool(&c.Histogram, fieldUseHistogramTiming), conffield.FloatList(&c.Buckets, fieldHistogramBuckets),
+		conffield.Bool(&c.ProcessMetrics, fieldAddProcessMetrics), conffield.Bool(&c.GoMetrics, fieldAddGoMetrics),
+		conffield.String(&c.PushURL, fieldPushURL), conffield.Duration(&c.PushInterval, fieldPushInterval),
+		conffield.String(&c.PushJob, fieldPushJobName), conffield.StringMap(&c.PushGrouping, fieldPushGrouping))
+	if err != nil {
 		return nil, err
 	}
 	naming, err := conffield.FieldEnum(conf, fieldNaming, namingBenthos, namingPrometheus)

@@ -16,6 +16,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlrows"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 const (
@@ -90,26 +91,18 @@ type processor struct {
 }
 
 func newProcessor(conf *service.ParsedConfig) (*processor, error) {
-	driver, err := conf.FieldString(fieldDriver)
-	if err != nil {
-		return nil, err
-	}
-	dsn, err := conf.FieldString(fieldDSN)
-	if err != nil {
-		return nil, err
-	}
 	p := &processor{}
-	if p.query, err = conf.FieldString(fieldQuery); err != nil {
+	var driver, dsn string
+	var inits []string
+	err := conffield.Read(conf, conffield.String(&driver, fieldDriver), conffield.String(&dsn, fieldDSN),
+		conffield.String(&p.query, fieldQuery), conffield.StringList(&inits, fieldInit))
+	if err != nil {
 		return nil, err
 	}
 	if conf.Contains(fieldArgs) {
 		if p.args, err = conf.FieldBloblang(fieldArgs); err != nil {
 			return nil, err
 		}
-	}
-	inits, err := conf.FieldStringList(fieldInit)
-	if err != nil {
-		return nil, err
 	}
 	if p.db, err = sqlrows.Open(driver, dsn, inits); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
 )
 
 // Field names of the ACK authentication both plugins take.
@@ -29,12 +30,9 @@ func AckAuthFields(use string) []*service.ConfigField {
 // ParseAckAuthKeys reads AckAuthFields: nil when ACKs are not
 // authenticated, else the keys with the signing key first.
 func ParseAckAuthKeys(pc *service.ParsedConfig) ([][]byte, error) {
-	one, err := pc.FieldString(FieldAckAuthKey)
-	if err != nil {
-		return nil, err
-	}
-	list, err := pc.FieldStringList(FieldAckAuthKeys)
-	if err != nil {
+	var one string
+	var list []string
+	if err := conffield.Read(pc, conffield.String(&one, FieldAckAuthKey), conffield.StringList(&list, FieldAckAuthKeys)); err != nil {
 		return nil, err
 	}
 	if one != "" && len(list) > 0 {
