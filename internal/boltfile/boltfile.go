@@ -500,3 +500,14 @@ func (f *File) UpdateInBatches(bucket []byte, n int, fn func(tx *bolt.Tx, k, v [
 		}
 	}
 }
+
+// WrittenBytes is what bbolt has written to the file since this process
+// opened it: page writes times the page size, meta pages included (a run
+// of overflow pages counts as one page, so records larger than a page are
+// undercounted). It is a measure of flash wear; the filesystem's journal
+// comes on top (docs/operations.md, "Flash wear").
+func (f *File) WrittenBytes() int64 {
+	db := f.shared.db
+	st := db.Stats()
+	return st.TxStats.GetWrite() * int64(db.Info().PageSize)
+}

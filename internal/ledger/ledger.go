@@ -33,6 +33,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -114,6 +115,10 @@ type Stats struct {
 	// CommitAll, group-committed), not the writers' that Apply joins.
 	Transactions int64
 	Expired      int64 // keys deleted by retention
+	// WrittenBytes is what bbolt wrote to the file since this process
+	// opened it (boltfile.File.WrittenBytes); an outbox sharing the file
+	// adds to the same figure.
+	WrittenBytes int64
 }
 
 // Ledger is the applied-key set of one bbolt file. One Ledger per file per
@@ -121,6 +126,9 @@ type Stats struct {
 // every processor thread. Safe for concurrent use.
 type Ledger struct {
 	file *boltfile.File
+
+	writtenMu    sync.Mutex
+	writtenTaken int64 // WrittenBytes at the last TakeWritten
 	db   *bolt.DB
 	path string
 	opts Options
@@ -251,7 +259,19 @@ func (l *Ledger) Retention() time.Duration { return l.opts.Retention }
 
 // Stats returns the key count and counters. O(1).
 func (l *Ledger) Stats() Stats {
-	return Stats{Keys: l.keys.Load(), Commits: l.commits.Load(), Expired: l.expired.Load(), Transactions: l.transactions.Load()}
+	return Stats{Keys: l.keys.Load(), Commits: l.commits.Load(), Expired: l.expired.Load(), Transactions: l.transactions.Load(), WrittenBytes: l.file.WrittenBytes()}
+}
+
+// TakeWritten returns the bytes bbolt wrote to the file (WrittenBytes)
+// since the previous call, so that every processor thread sharing this
+// ledger can feed one counter without counting a byte twice.
+func (l *Ledger) TakeWritten() int64 {
+	l.writtenMu.Lock()
+	defer l.writtenMu.Unlock()
+	now := l.file.WrittenBytes()
+	n := now - l.writtenTaken
+	l.writtenTaken = max(now, l.writtenTaken)
+	return max(n, 0)
 }
 
 // Close gives up this reference. The last Close stops the committer and

@@ -288,6 +288,11 @@ func (o *Outbox) reloadStatsLocked() {
 	})
 }
 
+// WrittenBytes is what bbolt wrote to the outbox's file since this process
+// opened it (boltfile.File.WrittenBytes); a ledger sharing the file adds
+// to the same figure.
+func (o *Outbox) WrittenBytes() int64 { return o.file.WrittenBytes() }
+
 // Path returns the outbox file's absolute path.
 func (o *Outbox) Path() string { return o.path }
 

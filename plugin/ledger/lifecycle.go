@@ -52,7 +52,14 @@ func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processo
 	return p, nil
 }
 
-func (p *processor) countKeys() { p.m.keys.Set(p.l.Stats().Keys) }
+// countKeys refreshes the key gauge and adds what bbolt wrote since the
+// last call to the written-bytes counter.
+func (p *processor) countKeys() {
+	p.m.keys.Set(p.l.Stats().Keys)
+	if n := p.l.TakeWritten(); n > 0 {
+		p.m.written.Incr(n)
+	}
+}
 
 // ProcessBatch checks every message of the batch against the ledger.
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {

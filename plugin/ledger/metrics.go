@@ -14,6 +14,7 @@ type metrics struct {
 	releases   *service.MetricCounter // claims given up (the message failed)
 	errors     *service.MetricCounter // messages that could not be checked
 	keys       *service.MetricGauge   // applied keys in the file
+	written    *service.MetricCounter // bytes bbolt wrote to the file (flash wear)
 	// SQL only: 1 while a read-write server answers, 0 while start-up or
 	// transactions wait for one; transactions run again (label reason:
 	// unavailable or conflict).
@@ -34,6 +35,9 @@ func newMetrics(mgr *service.Resources, s settings) *metrics {
 		releases:   m.NewCounter("dedup_ledger_releases"),
 		errors:     m.NewCounter("dedup_ledger_errors"),
 		keys:       m.NewGauge("dedup_ledger_keys"),
+	}
+	if s.sql == nil {
+		ms.written = m.NewCounter("dedup_ledger_written_bytes")
 	}
 	if s.sql != nil {
 		ms.sqlAvailable = m.NewGauge("dedup_ledger_sql_available")

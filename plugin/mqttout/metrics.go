@@ -23,7 +23,8 @@ type metrics struct {
 	connected    *service.MetricGauge
 	damaged      *service.MetricGauge // records moved aside as damaged, kept in the file
 	reasonCodes  *service.MetricCounter
-	window       *service.MetricGauge // records a session may keep unconfirmed now
+	window       *service.MetricGauge   // records a session may keep unconfirmed now
+	written      *service.MetricCounter // bytes bbolt wrote to the outbox file (flash wear)
 
 	// Totals for the periodic log line.
 	nPublished, nConfirmed atomic.Int64
@@ -43,6 +44,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		damaged:      m.NewGauge("reliable_mqtt_out_damaged_records"),
 		reasonCodes:  m.NewCounter("reliable_mqtt_out_puback_reason_codes", "code"),
 		window:       m.NewGauge("reliable_mqtt_out_window"),
+		written:      m.NewCounter("reliable_mqtt_out_outbox_written_bytes"),
 	}
 }
 
@@ -70,8 +72,12 @@ func (m *metrics) SetConnected(up bool) {
 // logs a summary line that often, until ctx ends (the outbox's watcher runs
 // on its own goroutine).
 func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *service.Logger, every time.Duration) {
-	var lastPub, lastConf int64
+	var lastPub, lastConf, lastWritten int64
 	ob.Watch(ctx, every, func(st outbox.Stats, report bool) {
+		if w := ob.WrittenBytes(); w > lastWritten {
+			m.written.Incr(w - lastWritten)
+			lastWritten = w
+		}
 		if report {
 			pub, conf := m.nPublished.Load(), m.nConfirmed.Load()
 			log.Infof("Outbox %s: %d published, %d confirmed in the last %s; %d pending (%d bytes)",
