@@ -129,9 +129,9 @@ type Ledger struct {
 
 	writtenMu    sync.Mutex
 	writtenTaken int64 // WrittenBytes at the last TakeWritten
-	db   *bolt.DB
-	path string
-	opts Options
+	db           *bolt.DB
+	path         string
+	opts         Options
 
 	claims *claims.Table // keys claimed, not yet settled; closed with closing
 
