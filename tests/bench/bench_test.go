@@ -26,6 +26,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttout"
@@ -194,7 +195,8 @@ func BenchmarkBacklogRecovery(b *testing.B) {
 type stream struct {
 	send    service.MessageHandlerFunc
 	capture *capture
-	sources int // goroutines that write into it (produce)
+	sources int                // goroutines that write into it (produce)
+	payload func(i int) []byte // the i-th message produce writes; nil: payload100
 }
 
 var streamSeq atomic.Int64
@@ -265,15 +267,19 @@ func producers() int {
 // produce writes n messages to s from s.sources concurrent writers and
 // returns once every write has returned.
 func produce(b *testing.B, s *stream, n int) {
+	payload := s.payload
+	if payload == nil {
+		payload = func(int) []byte { return payload100 }
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < s.sources; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(n) {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				ctx, cancel := context.WithTimeout(context.Background(), waitAll)
-				err := s.send(ctx, service.NewMessage(payload100))
+				err := s.send(ctx, service.NewMessage(payload(int(i-1))))
 				cancel()
 				if err != nil {
 					b.Error(err)
@@ -305,18 +311,29 @@ func connect(b *testing.B, url, id string, onConnect mqtt.OnConnectHandler) mqtt
 	return c
 }
 
-// startAcker answers every ingress envelope on dataTopic with its ACK on
-// ackTopic, without waiting for the ACK's PUBACK (a fast final consumer).
+// startAcker answers every ingress envelope or frame on dataTopic with the
+// ACK naming it (the event's ID, or the frame's) on ackTopic, without
+// waiting for the ACK's PUBACK (a fast final consumer).
 func startAcker(b *testing.B, url, dataTopic, ackTopic string) {
 	b.Helper()
 	subscribed := make(chan error, 1)
 	connect(b, url, "bench-acker", func(c mqtt.Client) {
 		tok := c.Subscribe(dataTopic, 1, func(c mqtt.Client, m mqtt.Message) {
-			in, err := envelope.DecodeIngress(m.Payload())
-			if err != nil {
-				return
+			var id string
+			if frame.Is(m.Payload()) {
+				fid, _, err := frame.Decode(m.Payload(), frame.DefaultLimits)
+				if err != nil {
+					return
+				}
+				id = fid
+			} else {
+				in, err := envelope.DecodeIngress(m.Payload())
+				if err != nil {
+					return
+				}
+				id = in.EventID
 			}
-			ack, _ := envelope.EncodeAck(in.EventID)
+			ack, _ := envelope.EncodeAck(id)
 			c.Publish(ackTopic, 1, false, ack)
 		})
 		err := fmt.Errorf("no SUBACK within 10s")

@@ -3,16 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
+	"os"
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -36,32 +32,8 @@ func BenchmarkPack(b *testing.B) {
 	b.Run("paho_qos1", func(b *testing.B) {
 		m := broker(b)
 		proxy := harness.NewProxy(b, m.Addr())
-		c := connect(b, proxy.URL(), "bench-paho-pack", nil)
-		slots := make(chan struct{}, 65535)
-		var wg sync.WaitGroup
-		var failed atomic.Int64
 		lm := startLinkMeter(m, proxy)
-		b.ResetTimer()
-		start := time.Now()
-		for i := 0; i < b.N; i++ {
-			slots <- struct{}{}
-			tok := c.Publish("bench/pack/dest", 1, false, reading(i))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if !tok.WaitTimeout(waitAll) || tok.Error() != nil {
-					failed.Add(1)
-				}
-				<-slots
-			}()
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		b.StopTimer()
-		if n := failed.Load(); n > 0 {
-			b.Fatalf("%d publishes got no PUBACK", n)
-		}
-		reportRate(b, b.N, elapsed, 0, 0)
+		pahoPublishEach(b, m, proxy.URL(), "bench/pack/dest", 65535, reading)
 		lm.report(b)
 	})
 	for _, packed := range []bool{false, true} {
@@ -69,31 +41,24 @@ func BenchmarkPack(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			m := broker(b)
 			proxy := harness.NewProxy(b, m.Addr())
-			startFrameAcker(b, m.URL(), "bench/pack/data", "bench/pack/acks")
-			fields := []string{"topic: bench/pack/dest", "confirm: end_to_end", "data_topic: bench/pack/data", "ack_topic: bench/pack/acks", "batching: { count: 64, period: 2ms }"}
-			if packed {
-				fields = append(fields, "pack: { max_events: 64 }")
-			}
-			s := startStream(b, proxy.URL(), fields...)
+			startAcker(b, m.URL(), "bench/pack/data", "bench/pack/acks")
+			s := startStream(b, proxy.URL(), packFields(packed, "batching: { count: 64, period: 2ms }")...)
+			s.payload = reading
 			lm := startLinkMeter(m, proxy)
-			b.ResetTimer()
-			start := time.Now()
-			produceReadings(b, s, b.N)
-			written := time.Since(start)
-			if !s.capture.waitConfirmed(int64(b.N), waitAll) {
-				b.Fatalf("only %d of %d ACKed within %s", s.capture.confirmed.Load(), b.N, waitAll)
-			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			p50, p99 := s.capture.percentiles()
-			reportRate(b, b.N, elapsed, p50, p99)
-			// Writes return after their fsync: when this is close to msgs/s,
-			// the producers, not the link, set the pace.
-			b.ReportMetric(float64(b.N)/written.Seconds(), "written_msgs/s")
-			b.ReportMetric(float64(s.capture.windowMax.Load()), "window_max")
+			measureLive(b, m, s, "ACKed")
 			lm.report(b)
 		})
 	}
+}
+
+// packFields are the output fields of an end-to-end publisher to the
+// bench's ACKer, packed or not, and extra.
+func packFields(packed bool, extra ...string) []string {
+	f := append([]string{"topic: bench/pack/dest", "confirm: end_to_end", "data_topic: bench/pack/data", "ack_topic: bench/pack/acks"}, extra...)
+	if packed {
+		f = append(f, "pack: { max_events: 64 }")
+	}
+	return f
 }
 
 // linkMeter counts a publisher's link bytes (through proxy) and the
@@ -119,73 +84,62 @@ func (l *linkMeter) report(b *testing.B) {
 	b.ReportMetric(float64((procCPU(l.brokerPid)-l.broker0).Microseconds())/n, "broker_us/reading")
 }
 
-// produceReadings writes readings 0..n-1 to s from s.sources concurrent
-// writers.
-func produceReadings(b *testing.B, s *stream, n int) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < s.sources; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), waitAll)
-				err := s.send(ctx, service.NewMessage(reading(int(i))))
-				cancel()
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
+// BenchmarkPackWAN: end to end on MQTT 5 against a mosquitto with its
+// default Receive Maximum of 20, packed (pack.max_events 64) and unpacked,
+// at each round trip of WAN_RTTS (default 0s and 100ms), with the output's
+// batching on (wanForm). One frame holds one of the 20 slots, so packing
+// lifts the bound the Receive Maximum sets from 20 to 20 × 64 events per
+// round trip.
+//
+//	WAN_RTTS=0s,100ms go test -run '^$' -bench BenchmarkPackWAN -benchtime 20000x ./tests/bench/
+func BenchmarkPackWAN(b *testing.B) {
+	if os.Getenv("WAN_RTTS") == "" {
+		b.Setenv("WAN_RTTS", "0s,100ms")
 	}
-	wg.Wait()
+	for _, rtt := range wanRTTs(b) {
+		for _, packed := range []bool{false, true} {
+			name := fmt.Sprintf("rtt=%s/e2e/5/rm20/%s", rtt, map[bool]string{false: "unpacked", true: "packed"}[packed])
+			b.Run(name, func(b *testing.B) {
+				m := harness.StartMosquitto(b, harness.MosquittoOptions{}) // max_inflight_messages 20
+				startAcker(b, m.URL(), "bench/pack/data", "bench/pack/acks")
+				s := wanForm{batching: true}.start(b, wanLink(b, m, rtt).URL(), packFields(packed, "protocol_version: 5")...)
+				measureLive(b, m, s, "ACKed")
+			})
+		}
+	}
 }
 
-// startFrameAcker answers every frame and every ingress envelope on
-// dataTopic with the ACK that names it (the frame's ID, or the event's),
-// without waiting for the ACK's PUBACK.
-func startFrameAcker(b *testing.B, url, dataTopic, ackTopic string) {
-	b.Helper()
-	subscribed := make(chan error, 1)
-	connect(b, url, "bench-frame-acker", func(c mqtt.Client) {
-		tok := c.Subscribe(dataTopic, 1, func(c mqtt.Client, m mqtt.Message) {
-			var id string
-			if frame.Is(m.Payload()) {
-				fid, _, err := frame.Decode(m.Payload(), frame.DefaultLimits)
+// BenchmarkPackLatency: confirmation latency at 100 readings/s (one
+// writer, one reading every 10 ms), end to end on loopback, unpacked and
+// packed: a reading waiting alone goes at once, so packing adds none.
+//
+//	go test -run '^$' -bench BenchmarkPackLatency -benchtime 1000x ./tests/bench/
+func BenchmarkPackLatency(b *testing.B) {
+	for _, packed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "unpacked", true: "packed"}[packed], func(b *testing.B) {
+			m := broker(b)
+			startAcker(b, m.URL(), "bench/pack/data", "bench/pack/acks")
+			s := startStream(b, m.URL(), packFields(packed)...)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				<-tick.C
+				ctx, cancel := context.WithTimeout(context.Background(), waitAll)
+				err := s.send(ctx, service.NewMessage(reading(i)))
+				cancel()
 				if err != nil {
-					return
+					b.Fatal(err)
 				}
-				id = fid
-			} else {
-				in, err := envelope.DecodeIngress(m.Payload())
-				if err != nil {
-					return
-				}
-				id = in.EventID
 			}
-			ack, _ := envelope.EncodeAck(id)
-			c.Publish(ackTopic, 1, false, ack)
+			if !s.capture.waitConfirmed(int64(b.N), waitAll) {
+				b.Fatalf("only %d of %d ACKed within %s", s.capture.confirmed.Load(), b.N, waitAll)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			p50, p99 := s.capture.percentiles()
+			reportRate(b, b.N, elapsed, p50, p99)
 		})
-		err := fmt.Errorf("no SUBACK within 10s")
-		if tok.WaitTimeout(10 * time.Second) {
-			err = tok.Error()
-		}
-		select {
-		case subscribed <- err:
-		default:
-		}
-	})
-	select {
-	case err := <-subscribed:
-		if err != nil {
-			b.Fatalf("acker: subscribe %s at %s: %v", dataTopic, url, err)
-		}
-	case <-time.After(11 * time.Second):
-		b.Fatalf("acker: subscribe %s at %s did not finish", dataTopic, url)
 	}
 }

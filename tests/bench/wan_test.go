@@ -232,6 +232,11 @@ func BenchmarkWANBacklog(b *testing.B) {
 // most inFlight unconfirmed, done at the last PUBACK; it reports the rate,
 // the publish-to-PUBACK latencies and the CPU use, and returns msgs/s.
 func pahoPublish(b *testing.B, m *harness.Mosquitto, url, topic string, inFlight int) float64 {
+	return pahoPublishEach(b, m, url, topic, inFlight, func(int) []byte { return payload100 })
+}
+
+// pahoPublishEach is pahoPublish with the i-th message's payload(i).
+func pahoPublishEach(b *testing.B, m *harness.Mosquitto, url, topic string, inFlight int, payload func(i int) []byte) float64 {
 	c := connect(b, url, "bench-paho", nil)
 	lat := make([]int64, b.N)
 	cpu := newCPUMeter(m)
@@ -243,7 +248,7 @@ func pahoPublish(b *testing.B, m *harness.Mosquitto, url, topic string, inFlight
 	for i := 0; i < b.N; i++ {
 		slots <- struct{}{}
 		t0 := time.Now()
-		tok := c.Publish(topic, 1, false, payload100)
+		tok := c.Publish(topic, 1, false, payload(i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
