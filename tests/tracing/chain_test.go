@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -28,11 +29,13 @@ const (
 type chain struct {
 	protocol      string // protocol_version of every MQTT component
 	traceEnvelope bool   // trace_context: envelope on the components whose envelopes carry it
+	pack          bool   // the publisher packs what waits into frames (pack.max_events 64), generating every 2 ms
 }
 
 var (
 	mqtt5        = chain{protocol: "5"}
 	mqtt311Trace = chain{protocol: "3.1.1", traceEnvelope: true}
+	mqtt5Packed  = chain{protocol: "5", pack: true}
 )
 
 // settings are c's YAML lines for a component, indented by indent;
@@ -60,9 +63,13 @@ tracer:
 // max_payload_bytes, so the bridge dead-letters it. Each side logs
 // tracing_id() so the test can compare what Benthos reads at both ends.
 func publisherYAML(c chain, broker, collector string) string {
+	var extra []string
+	if c.pack {
+		extra = append(extra, "pack: { max_events: 64 }")
+	}
 	return publisherWith(c, broker, collector, `let seq = counter()
       meta event_id = "ev-%02d".format($seq)
-      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }`)
+      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }`, extra...)
 }
 
 // publisherWith is a publisher whose generate input runs mapping (indented
@@ -73,10 +80,14 @@ func publisherWith(c chain, broker, collector, mapping string, extra ...string) 
 	for _, f := range extra {
 		more += "    " + f + "\n"
 	}
+	interval := "50ms"
+	if c.pack {
+		interval = "2ms" // events wait together: frames
+	}
 	return `
 input:
   generate:
-    interval: 50ms
+    interval: ` + interval + `
     mapping: |
       ` + mapping + `
 pipeline:
@@ -249,6 +260,12 @@ func TestEachEventIsOneTraceOverMQTT311WithTheTraceContextInTheEnvelope(t *testi
 	checkChain(t, mqtt311Trace)
 }
 
+// When the publisher packs events into frames, the bridge unpacks them and
+// each event is still one trace of its own through all three processes.
+func TestEachEventIsOneTraceWhenThePublisherPacksFrames(t *testing.T) {
+	checkChain(t, mqtt5Packed)
+}
+
 // checkChain runs the chain as c says and checks, in Jaeger, that ≥ 18 of
 // 20 events are one causal trace through the three services, that
 // tracing_id() reads that trace at both ends, and that the dead-lettered
@@ -266,6 +283,7 @@ func checkChain(t *testing.T, c chain) {
 	harness.Eventually(t, 60*time.Second, "consumer and bridge subscribed", func() bool {
 		return strings.Count(consumer.Log()+bridge.Log(), "is now active") >= 2
 	})
+	watch := harness.Subscribe(t, edge.URL(), "frame-watch", true, "reliable/ingress")
 	publisher := harness.RunPipeline(t, publisherYAML(c, edge.URL(), jaeger.OTLPHTTP), harness.ProcOptions{Args: args})
 
 	// Every event applied at the consumer (logged with its tracing_id).
@@ -305,6 +323,17 @@ func checkChain(t *testing.T, c chain) {
 	if byEvent == nil {
 		t.Fatalf("Jaeger's query API never answered: %v", lastErr)
 	}
+
+	frames := 0
+	for _, m := range watch.Messages() {
+		if frame.Is(m.Payload) {
+			frames++
+		}
+	}
+	if c.pack != (frames > 0) {
+		t.Fatalf("%d of %d publishes on reliable/ingress were frames, with pack %v", frames, watch.Count(), c.pack)
+	}
+	t.Logf("%d of %d publishes on reliable/ingress were frames", frames, watch.Count())
 
 	pubIDs, consIDs := tracingIDs(publisher.Log()), tracingIDs(consumer.Log())
 	n := complete()
