@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -187,12 +186,7 @@ func TestPackedPublisherKilledMidFrameLosesNothing(t *testing.T) {
 	if st := ob.Stats(); st.Pending != 0 {
 		t.Fatalf("publisher outbox holds %d records after the runs were applied", st.Pending)
 	}
-	frames := 0
-	for _, m := range watch.Messages() {
-		if frame.Is(m.Payload) {
-			frames++
-		}
-	}
+	frames := watch.Frames()
 	if frames == 0 {
 		t.Fatalf("none of the %d publishes on reliable/ingress was a frame: the test did not test frames", watch.Count())
 	}

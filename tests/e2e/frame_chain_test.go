@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -113,12 +112,7 @@ output:
 	}
 	everyEventDelivered(t, sub, n)
 	enqueued, pending, keys := ledgerFileCounts(t, filepath.Join(consumerDir, "consumer.db"))
-	frames, publishes := 0, watch.Count()
-	for _, msg := range watch.Messages() {
-		if frame.Is(msg.Payload) {
-			frames++
-		}
-	}
+	frames, publishes := watch.Frames(), watch.Count()
 	t.Logf("%d events in %d publishes (%d frames), %d consumer kills: enqueued %d, %d pending, %d ledger keys", n, publishes, frames, kills, enqueued, pending, keys)
 	if enqueued != n || keys != n {
 		t.Fatalf("the consumer enqueued %d records and holds %d keys for %d events; want exactly %d each", enqueued, keys, n, n)

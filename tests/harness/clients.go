@@ -9,6 +9,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 )
 
 // clientTimeout bounds every connect, subscribe and disconnect of the test
@@ -131,6 +132,18 @@ func (s *Subscriber) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.msgs)
+}
+
+// Frames is how many of the messages received so far are frames
+// (internal/frame): a packing publisher's PUBLISHes.
+func (s *Subscriber) Frames() int {
+	n := 0
+	for _, m := range s.Messages() {
+		if frame.Is(m.Payload) {
+			n++
+		}
+	}
+	return n
 }
 
 // WaitCount reports whether at least n messages arrived within timeout.

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -33,9 +32,10 @@ type chain struct {
 }
 
 var (
-	mqtt5        = chain{protocol: "5"}
-	mqtt311Trace = chain{protocol: "3.1.1", traceEnvelope: true}
-	mqtt5Packed  = chain{protocol: "5", pack: true}
+	mqtt5         = chain{protocol: "5"}
+	mqtt311Trace  = chain{protocol: "3.1.1", traceEnvelope: true}
+	mqtt5Packed   = chain{protocol: "5", pack: true}
+	mqtt311Packed = chain{protocol: "3.1.1", traceEnvelope: true, pack: true}
 )
 
 // settings are c's YAML lines for a component, indented by indent;
@@ -63,19 +63,18 @@ tracer:
 // max_payload_bytes, so the bridge dead-letters it. Each side logs
 // tracing_id() so the test can compare what Benthos reads at both ends.
 func publisherYAML(c chain, broker, collector string) string {
-	var extra []string
-	if c.pack {
-		extra = append(extra, "pack: { max_events: 64 }")
-	}
 	return publisherWith(c, broker, collector, `let seq = counter()
       meta event_id = "ev-%02d".format($seq)
-      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }`, extra...)
+      root = if $seq > 21 { deleted() } else { { "seq": $seq, "pad": if $seq == 21 { "%0800d".format(0) } else { "" } } }`)
 }
 
 // publisherWith is a publisher whose generate input runs mapping (indented
 // for its place in the YAML) and whose output has the fields extra (each a
 // "key: value" line) besides the chain's.
 func publisherWith(c chain, broker, collector, mapping string, extra ...string) string {
+	if c.pack {
+		extra = append(extra, "pack: { max_events: 64 }")
+	}
 	more := ""
 	for _, f := range extra {
 		more += "    " + f + "\n"
@@ -261,9 +260,12 @@ func TestEachEventIsOneTraceOverMQTT311WithTheTraceContextInTheEnvelope(t *testi
 }
 
 // When the publisher packs events into frames, the bridge unpacks them and
-// each event is still one trace of its own through all three processes.
+// each event is still one trace of its own through all three processes,
+// on MQTT 5 and on 3.1.1 (the trace context inside the frame either way).
 func TestEachEventIsOneTraceWhenThePublisherPacksFrames(t *testing.T) {
-	checkChain(t, mqtt5Packed)
+	for name, c := range map[string]chain{"MQTT 5": mqtt5Packed, "MQTT 3.1.1": mqtt311Packed} {
+		t.Run(name, func(t *testing.T) { checkChain(t, c) })
+	}
 }
 
 // checkChain runs the chain as c says and checks, in Jaeger, that ≥ 18 of
@@ -324,12 +326,7 @@ func checkChain(t *testing.T, c chain) {
 		t.Fatalf("Jaeger's query API never answered: %v", lastErr)
 	}
 
-	frames := 0
-	for _, m := range watch.Messages() {
-		if frame.Is(m.Payload) {
-			frames++
-		}
-	}
+	frames := watch.Frames()
 	if c.pack != (frames > 0) {
 		t.Fatalf("%d of %d publishes on reliable/ingress were frames, with pack %v", frames, watch.Count(), c.pack)
 	}

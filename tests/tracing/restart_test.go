@@ -32,9 +32,10 @@ var pendingLine = regexp.MustCompile(`; (\d+) pending \(`)
 // context stored with it (MQTT 5: its user properties; 3.1.1 with
 // trace_context: envelope: its envelope), so the bridge's and the
 // consumer's spans join the trace of the original write, not a trace of
-// the restarted process.
+// the restarted process; packed, the records go in frames after the
+// restart and each event keeps its own trace.
 func TestARecordSentAfterACrashStaysInTheTraceOfItsWrite(t *testing.T) {
-	for name, c := range map[string]chain{"MQTT 5": mqtt5, "MQTT 3.1.1 with trace_context envelope": mqtt311Trace} {
+	for name, c := range map[string]chain{"MQTT 5": mqtt5, "MQTT 3.1.1 with trace_context envelope": mqtt311Trace, "MQTT 5, packed": mqtt5Packed} {
 		t.Run(name, func(t *testing.T) { checkCrash(t, c) })
 	}
 }
@@ -64,10 +65,15 @@ func checkCrash(t *testing.T, c chain) {
 	harness.Eventually(t, 60*time.Second, "consumer and bridge subscribed", func() bool {
 		return strings.Count(consumer.Log()+bridge.Log(), "is now active") >= 2
 	})
+	watch := harness.Subscribe(t, edge.URL(), "frame-watch", true, "reliable/ingress")
 	harness.RunPipeline(t, crashPublisherYAML(c, edge.URL(), jaeger.OTLPHTTP, false), harness.ProcOptions{Args: args, Dir: dir})
 	harness.Eventually(t, 120*time.Second, fmt.Sprintf("%d events at the consumer", crashEvents), func() bool {
 		return len(tracingIDs(consumer.Log())) >= crashEvents
 	})
+	frames := watch.Frames()
+	if c.pack != (frames > 0) {
+		t.Fatalf("after the restart %d of %d publishes were frames, with pack %v", frames, watch.Count(), c.pack)
+	}
 
 	// Benthos's tracing_id() at the consumer is the trace of the write
 	// before the crash.
