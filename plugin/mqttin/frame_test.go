@@ -14,6 +14,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -246,4 +247,31 @@ func TestEnvelopeNoneKeepsAFrameOpaque(t *testing.T) {
 		t.Fatal("envelope: none gave a frame an event_id")
 	}
 	_ = ack(context.Background(), nil)
+}
+
+// With envelope: properties (MQTT 5) a frame is read by its magic too:
+// each event's message carries its own user properties only, not those of
+// the PUBLISH that carried the frame; one ACK names the frame.
+func TestFrameOverMQTT5WithThePropertiesEnvelope(t *testing.T) {
+	b := startBroker(t)
+	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
+	ti := openInput(t, inputYAML(b.URL(), "v5frames", []string{"in/#"}, `protocol_version: "5"`, "envelope: properties", "ack_topic: acks/t"))
+	raw, id := mustFrame(t, frameEvents(), frame.Zstd)
+	publishV5(t, b.URL(), "in/x", raw, &mqttmsg.Properties{User: []mqttmsg.UserProperty{{Key: "event_id", Value: id}, {Key: "outer", Value: "1"}}})
+	batch, ack := ti.readBatch()
+	if len(batch) != 3 {
+		t.Fatalf("batch of %d messages, want 3", len(batch))
+	}
+	for k, e := range frameEvents() {
+		if meta(batch[k], metaEventID) != e.ID || meta(batch[k], metaDestTopic) != e.Topic || body(batch[k]) != string(e.Payload) {
+			t.Errorf("message %d: event_id %q destination_topic %q body %q", k, meta(batch[k], metaEventID), meta(batch[k], metaDestTopic), body(batch[k]))
+		}
+		if _, ok := batch[k].MetaGet("mqtt_user_property_outer"); ok {
+			t.Errorf("message %d carries the PUBLISH's user property", k)
+		}
+	}
+	if meta(batch[0], "mqtt_user_property_unit") != "C" {
+		t.Errorf("event 1's own user property unit = %q", meta(batch[0], "mqtt_user_property_unit"))
+	}
+	ackExpectFirstACK(t, ack, acks, id)
 }
