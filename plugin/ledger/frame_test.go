@@ -36,10 +36,14 @@ var sink = struct {
 
 func init() {
 	err := service.RegisterBatchProcessor("test_fail_first_attempt",
-		service.NewConfigSpec().Field(service.NewStringListField("event_ids")),
+		service.NewConfigSpec().Field(service.NewStringField("scope")).Field(service.NewStringListField("event_ids")),
 		func(conf *service.ParsedConfig, _ *service.Resources) (service.BatchProcessor, error) {
+			scope, err := conf.FieldString("scope")
+			if err != nil {
+				return nil, err
+			}
 			ids, err := conf.FieldStringList("event_ids")
-			return failFirst(ids), err
+			return failFirst{scope: scope, ids: ids}, err
 		})
 	if err == nil {
 		err = service.RegisterBatchOutput("test_sink",
@@ -54,15 +58,20 @@ func init() {
 	}
 }
 
-type failFirst []string
+// failFirst fails ids on their first attempt within scope (one per run of
+// a test).
+type failFirst struct {
+	scope string
+	ids   []string
+}
 
 func (f failFirst) ProcessBatch(_ context.Context, b service.MessageBatch) ([]service.MessageBatch, error) {
 	failOnce.Lock()
 	defer failOnce.Unlock()
 	for _, m := range b {
 		id, _ := m.MetaGet("event_id")
-		if slices.Contains(f, id) && !failOnce.failed[id] {
-			failOnce.failed[id] = true
+		if slices.Contains(f.ids, id) && !failOnce.failed[f.scope+"/"+id] {
+			failOnce.failed[f.scope+"/"+id] = true
 			m.SetError(fmt.Errorf("event %s fails its first attempt", id))
 		}
 	}
@@ -85,9 +94,15 @@ func (s sinkOutput) WriteBatch(_ context.Context, b service.MessageBatch) error 
 func (sinkOutput) Close(context.Context) error { return nil }
 
 // runFrameStream runs reliable_mqtt_in (envelope: ingress, ACKs to acks/t)
-// → dedup_ledger on path → test_fail_first_attempt (ev-2) → output until
-// the frame's ACK arrives, then stops it.
+// → dedup_ledger on the bbolt file at path → test_fail_first_attempt
+// (ev-2) → output until the frame's ACK arrives, then stops it.
 func runFrameStream(t *testing.T, b *harness.Mosquitto, clientID, path, output string) {
+	t.Helper()
+	runFrameStreamWith(t, b, clientID, fmt.Sprintf("{ path: %q }", path), output)
+}
+
+// runFrameStreamWith is runFrameStream with the dedup_ledger's YAML body.
+func runFrameStreamWith(t *testing.T, b *harness.Mosquitto, clientID, ledgerConf, output string) {
 	t.Helper()
 	acks := harness.Subscribe(t, b.URL(), "ack-watcher-"+clientID, true, "acks/t")
 	// The input's session exists before the frame is published: the broker
@@ -116,12 +131,12 @@ input:
     retry_backoff: { initial_interval: 10ms, max_interval: 100ms }
 pipeline:
   processors:
-    - dedup_ledger: { path: %q }
-    - test_fail_first_attempt: { event_ids: [ ev-2 ] }
+    - dedup_ledger: %s
+    - test_fail_first_attempt: { scope: %s, event_ids: [ ev-2 ] }
 output:
   reject_errored:
 %s
-`, b.URL(), clientID, path, output)); err != nil {
+`, b.URL(), clientID, ledgerConf, fmt.Sprint(clientID, "-", time.Now().UnixNano()), output)); err != nil {
 		t.Fatal(err)
 	}
 	st, err := sb.Build()
@@ -175,14 +190,31 @@ func lookupKeys(t *testing.T, path string, ids ...string) {
 func TestFrameWithAFailedEventIsAppliedOnceEach(t *testing.T) {
 	b := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true, MaxInflight: 100})
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	runFrameStream(t, b, "frame-ledger", path, "    test_sink: { name: hooks }")
+	name := fmt.Sprint("hooks-", time.Now().UnixNano()) // one sink per run
+	runFrameStream(t, b, "frame-ledger", path, "    test_sink: { name: "+name+" }")
 	sink.Lock()
-	got := sink.applied["hooks"]
+	got := sink.applied[name]
 	sink.Unlock()
 	if want := []string{"ev-1", "ev-3", "ev-2"}; !slices.Equal(got, want) {
 		t.Fatalf("the output applied %v, want %v (each once, the failed one on the frame's second delivery)", got, want)
 	}
 	lookupKeys(t, path, "ev-1", "ev-2", "ev-3")
+}
+
+// The same on the SQL ledger (SQLite, without apply): its keys are
+// recorded per event when the frame settles, and the redelivered frame
+// again applies only the failed event.
+func TestFrameWithAFailedEventIsAppliedOnceEachOnSQL(t *testing.T) {
+	b := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true, MaxInflight: 100})
+	dsn := filepath.Join(t.TempDir(), "ledger.sqlite")
+	name := fmt.Sprint("sql-", time.Now().UnixNano()) // one sink per run
+	runFrameStreamWith(t, b, "frame-sql", fmt.Sprintf("{ sql: { driver: sqlite, dsn: %q } }", dsn), "    test_sink: { name: "+name+" }")
+	sink.Lock()
+	got := sink.applied[name]
+	sink.Unlock()
+	if want := []string{"ev-1", "ev-3", "ev-2"}; !slices.Equal(got, want) {
+		t.Fatalf("the output applied %v, want %v (each once, the failed one on the frame's second delivery)", got, want)
+	}
 }
 
 // The relay of config/ledger_relay.yaml with frames: dedup_ledger and
