@@ -175,6 +175,7 @@ func (f *File) Release() error {
 	// Closed under the registry's lock: the next AcquireWith of the file must
 	// not open it while this process still holds its file lock.
 	return registry.ReleaseClose(f.shared.path, f.shared, func(s *sharedDB) error {
+		s.syncFreelist()
 		if err := s.db.Close(); err != nil {
 			return fmt.Errorf("closing bbolt file %s: %w", s.path, err)
 		}
@@ -253,16 +254,31 @@ func open(path string, opts Options) (*sharedDB, error) {
 	return s, nil
 }
 
+// syncFreelist writes the freelist once, in a last commit, so that the
+// next open reads it instead of walking the whole tree (about a second for
+// a 1M-record outbox; docs/operations.md). Only after a crash or a power
+// cut does the next open walk. Nothing else writes now (the last handle
+// is being released); a failure only means the next open walks.
+func (s *sharedDB) syncFreelist() {
+	if s.damaged.Load() != nil || s.meta != nil {
+		return // a damaged file is kept as it is, for inspection
+	}
+	if st := s.db.Stats(); st.TxStats.GetWrite() == 0 {
+		return // not written since it was opened (or refused): left untouched
+	}
+	s.db.NoFreelistSync = false
+	_ = guard(s.path, func() error { return s.db.Update(func(*bolt.Tx) error { return nil }) })
+}
+
 // writeOptions are bbolt's options for a file opened read-write.
 //
 // NoFreelistSync: bbolt otherwise writes the whole freelist to a new page
 // at every commit, one more page per fsync (a third of what a small commit
-// writes; docs/operations.md, "Flash wear"). Without it bbolt rebuilds the
-// freelist at open by walking every page the tree references (see
-// docs/operations.md for how long that takes on a large file); bbolt's
-// own meta pages say whether a freelist was synced, so a file written
-// either way opens with either setting, and walk.go never read the
-// freelist. A power cut cannot lose the freelist: there is none to lose.
+// writes; docs/operations.md, "Flash wear"). The last release writes it
+// once (syncFreelist); after a crash bbolt rebuilds it at open by walking
+// every page the tree references (docs/operations.md says how long that
+// takes on a large file). bbolt's meta pages say whether a freelist was
+// written, so a file written either way opens with either setting.
 func writeOptions() *bolt.Options {
 	return &bolt.Options{Timeout: lockTimeout, NoFreelistSync: true}
 }
@@ -284,6 +300,9 @@ func inspect(s *sharedDB, size int64, opts Options) error {
 	}
 	db, err := openChecked(s.path, size, lockTimeout, func(tx *bolt.Tx) error {
 		if !opts.Verify.wants(size) {
+			if syncedFreelist(m0, m1) {
+				return nil
+			}
 			// bbolt rebuilds the freelist at a read-write open by
 			// walking the whole tree on a goroutine of its own, where a
 			// damaged page crashes the process: walk it safely first.

@@ -98,12 +98,13 @@ func (m *MetaDamage) String() string {
 // flags, root bucket (16), freelist, high-water page, txid and an FNV-64a
 // checksum of the 56 bytes before it.
 const (
-	boltMagic     = 0xED0CDAED
-	boltVersion   = 2
-	pageHeaderLen = 16
-	metaLen       = 64
-	metaTxidOff   = 48
-	metaSumOff    = 56
+	boltMagic       = 0xED0CDAED
+	boltVersion     = 2
+	pageHeaderLen   = 16
+	metaLen         = 64
+	metaFreelistOff = 32
+	metaTxidOff     = 48
+	metaSumOff      = 56
 )
 
 type metaPage struct {
@@ -111,6 +112,22 @@ type metaPage struct {
 	valid    bool // magic, version and checksum all check out
 	pageSize int64
 	txid     uint64
+	freelist uint64 // the freelist's page; noFreelist: none was written
+}
+
+// noFreelist is bbolt's freelist page id of a commit that wrote no
+// freelist (NoFreelistSync).
+const noFreelist = ^uint64(0)
+
+// syncedFreelist reports whether the commit bbolt opens (the valid meta
+// page with the higher txid) wrote a freelist, so that bbolt reads it
+// instead of walking the tree to rebuild it.
+func syncedFreelist(m0, m1 metaPage) bool {
+	m := m0
+	if !m0.valid || (m1.valid && m1.txid > m0.txid) {
+		m = m1
+	}
+	return m.valid && m.freelist != noFreelist
 }
 
 func parseMeta(b []byte) metaPage {
@@ -122,6 +139,7 @@ func parseMeta(b []byte) metaPage {
 	m.magic = binary.NativeEndian.Uint32(b) == boltMagic
 	m.pageSize = int64(binary.NativeEndian.Uint32(b[8:]))
 	m.txid = binary.NativeEndian.Uint64(b[metaTxidOff:])
+	m.freelist = binary.NativeEndian.Uint64(b[metaFreelistOff:])
 	h := fnv.New64a()
 	h.Write(b[:metaSumOff])
 	m.valid = m.magic && binary.NativeEndian.Uint32(b[4:]) == boltVersion &&

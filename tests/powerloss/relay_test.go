@@ -27,7 +27,11 @@ import (
 //	       reliable_mqtt_in (tcp://127.0.0.1:1884, QoS 1) ->
 //	       dedup_ledger (/data/e-recv.db, commit: immediate) -> stdout
 //	       "R:E-<cycle>-<n>"; the PUBACK to the broker follows the ledger's
-//	       commit.
+//	       commit. Each message first sleeps 350 ms: the outbox removes a
+//	       confirmed record only with its next append (up to 400 ms
+//	       later), so a subscriber that took each record at once would
+//	       leave no moment at which a removed record is held by the broker
+//	       alone.
 //
 // After every cut, every E record acknowledged so far must be somewhere a
 // later start delivers it from: still in the outbox, in the broker's store
@@ -58,6 +62,7 @@ input:
     qos: 1
 pipeline:
   processors:
+    - sleep: { duration: 350ms }
     - dedup_ledger: { path: /data/e-recv.db, key: '${! content() }', commit: immediate }
     - mapping: 'root = "R:" + content().string() + "\n"'
 output:
