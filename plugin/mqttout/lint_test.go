@@ -27,6 +27,7 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 		"pack without an envelope":            {base + "outbox: { path: ./o.db }\npack: { max_events: 64 }\n", "a plain subscriber cannot read frames"},
 		"pack in direct mode":                 {base + "outbox: { enabled: false }\nconfirm: end_to_end\npack: { max_events: 64 }\n", "pack needs the outbox"},
 		"pack with message_expiry":            {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nenvelope: properties\nmessage_expiry: 1h\npack: { max_events: 64 }\n", "a frame carries user properties only"},
+		"pack with retained":                  {base + "outbox: { path: ./o.db }\nenvelope: delivery\nretained: true\npack: { max_events: 64 }\n", "a retained frame"},
 		"pack with content_type":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nenvelope: properties\ncontent_type: text/plain\npack: { max_events: 64 }\n", "a frame carries user properties only"},
 	}
 	for name, c := range cases {

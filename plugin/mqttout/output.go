@@ -225,6 +225,7 @@ root = [
   if $packed && !$e2e && this.envelope.or("none") == "none" { "pack: with confirm: broker and envelope: none any subscriber reads the topic, and a plain subscriber cannot read frames; use envelope: delivery or properties, or confirm: end_to_end" },
   if $packed && !$outbox { "pack needs the outbox: in direct mode each write is published by itself" },
   if $packed && (this.content_type.or("") != "" || this.message_expiry.or("") != "") { "pack: a frame carries user properties only; content_type and message_expiry need pack.max_events: 1" },
+  if $packed && $retained == "true" { "pack: a retained frame would keep several events as the topic's one retained message; set retained: false or pack.max_events: 1" },
 ].filter(v -> v != null)
 `
 
