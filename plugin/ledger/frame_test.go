@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/mqttin"
 )
 
@@ -117,10 +117,7 @@ func runFrameStreamWith(t *testing.T, b *harness.Mosquitto, clientID, ledgerConf
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := service.NewStreamBuilder()
-	logs := &harness.LogBuffer{}
-	sb.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err := sb.SetYAML(fmt.Sprintf(`
+	s := streamtest.StartConfig(t, fmt.Sprintf(`
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -136,22 +133,11 @@ pipeline:
 output:
   reject_errored:
 %s
-`, b.URL(), clientID, ledgerConf, fmt.Sprint(clientID, "-", time.Now().UnixNano()), output)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := sb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan error, 1)
-	go func() { ended <- st.Run(context.Background()) }()
+`, b.URL(), clientID, ledgerConf, fmt.Sprint(clientID, "-", time.Now().UnixNano()), output))
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_ = st.Stop(ctx)
-		<-ended
+		s.Stop()
 		if t.Failed() {
-			t.Logf("stream log:\n%s", logs.String())
+			t.Logf("stream log:\n%s", s.Logs.String())
 		}
 	}()
 	harness.Publish(t, b.URL(), "in/x", [][]byte{raw})

@@ -1,19 +1,16 @@
 package mqttin
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	_ "github.com/reliable-mqtt/reliable-mqtt/plugin/ledger"
 )
 
@@ -56,9 +53,9 @@ func BenchmarkReceiveFrames(b *testing.B) {
 			harness.Publish(b, m.URL(), "in/x", payloads)
 			acks := harness.Subscribe(b, m.URL(), "bench-acks", true, "acks/t")
 
-			sb := service.NewStreamBuilder()
-			sb.SetLogger(slog.New(slog.DiscardHandler))
-			if err := sb.SetYAML(fmt.Sprintf(`
+			b.ResetTimer()
+			start := time.Now()
+			st := streamtest.StartConfigQuiet(b, fmt.Sprintf(`
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -71,24 +68,11 @@ pipeline:
     - dedup_ledger: { path: %q }
 output:
   drop: {}
-`, m.URL(), client, filepath.Join(b.TempDir(), "ledger.db"))); err != nil {
-				b.Fatal(err)
-			}
-			st, err := sb.Build()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			start := time.Now()
-			ended := make(chan struct{})
-			go func() { _ = st.Run(context.Background()); close(ended) }()
+`, m.URL(), client, filepath.Join(b.TempDir(), "ledger.db")))
 			ok := acks.WaitCount(len(payloads), 5*time.Minute)
 			elapsed := time.Since(start)
 			b.StopTimer()
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			_ = st.Stop(ctx)
-			<-ended
+			st.Stop()
 			if !ok {
 				b.Fatalf("%d of %d ACKs", acks.Count(), len(payloads))
 			}

@@ -1,9 +1,7 @@
 package mqttin
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -51,9 +50,7 @@ func TestEachEventOfAFrameKeepsItsOwnTrace(t *testing.T) {
 	}
 	harness.Subscribe(t, b.URL(), "traced-frames", false, "in/#").Close() // the session queues the frame
 	acks := harness.Subscribe(t, b.URL(), "ack-watcher", true, "acks/t")
-	sb := service.NewStreamBuilder()
-	sb.SetLogger(slog.New(slog.DiscardHandler))
-	if err := sb.SetYAML(fmt.Sprintf(`
+	st := streamtest.StartConfig(t, fmt.Sprintf(`
 input:
   reliable_mqtt_in:
     urls: [ %q ]
@@ -65,21 +62,10 @@ output:
   drop: {}
 tracer:
   test_frame_recorder: {}
-`, b.URL())); err != nil {
-		t.Fatal(err)
-	}
-	st, err := sb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan struct{})
-	go func() { _ = st.Run(context.Background()); close(ended) }()
+`, b.URL()))
 	harness.Publish(t, b.URL(), "in/x", [][]byte{raw})
 	ok := acks.WaitCount(1, 20*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	_ = st.Stop(ctx)
-	<-ended
+	st.Stop()
 	if !ok {
 		t.Fatal("no ACK for the frame")
 	}

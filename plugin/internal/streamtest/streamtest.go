@@ -72,6 +72,47 @@ func StartQuiet(t testing.TB, output string, processors ...string) *Stream {
 	return start(t, &harness.LogBuffer{}, slog.NewTextHandler(io.Discard, nil), false, "", output, processors)
 }
 
+// StartConfig builds and runs a whole stream from yaml, a config file's
+// body (input, pipeline, output, tracer), logging at debug level into Logs
+// (Send is nil: the config has its own input). It stops at the test's
+// cleanup, if Stop was not called before.
+func StartConfig(t testing.TB, yaml string) *Stream {
+	t.Helper()
+	logs := &harness.LogBuffer{}
+	return startConfig(t, logs, debugTo(logs), yaml)
+}
+
+// StartConfigQuiet is StartConfig with the logs discarded, for benchmarks
+// (as StartQuiet).
+func StartConfigQuiet(t testing.TB, yaml string) *Stream {
+	t.Helper()
+	return startConfig(t, &harness.LogBuffer{}, slog.DiscardHandler, yaml)
+}
+
+func startConfig(t testing.TB, logs *harness.LogBuffer, h slog.Handler, yaml string) *Stream {
+	t.Helper()
+	sb := service.NewStreamBuilder()
+	sb.SetLogger(slog.New(h))
+	if err := sb.SetYAML(yaml); err != nil {
+		t.Fatalf("stream config: %v\n%s", err, yaml)
+	}
+	st, err := sb.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run(t, &Stream{Logs: logs, t: t, ended: make(chan struct{}), stream: st})
+}
+
+// run runs s's stream until it ends, and stops it at the test's cleanup.
+func run(t testing.TB, s *Stream) *Stream {
+	go func() {
+		s.runErr = s.stream.Run(context.Background())
+		close(s.ended)
+	}()
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // debugTo writes every log line, debug level included, to logs.
 func debugTo(logs *harness.LogBuffer) slog.Handler {
 	return slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})
@@ -109,12 +150,7 @@ func start(t testing.TB, logs *harness.LogBuffer, h slog.Handler, batches bool, 
 		t.Fatal(err)
 	}
 	s.stream = st
-	go func() {
-		s.runErr = st.Run(context.Background())
-		close(s.ended)
-	}()
-	t.Cleanup(s.Stop)
-	return s
+	return run(t, s)
 }
 
 // Stop shuts the stream down and waits until it ended, so that the files
