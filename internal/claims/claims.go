@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // Key names one effect in either ledger: the producer's namespace and its
@@ -136,14 +138,7 @@ func (t *Table) Take(ctx context.Context, id string, wait time.Duration) (*Hold,
 	}
 }
 
-func (t *Table) isClosed() bool {
-	select {
-	case <-t.closing:
-		return true
-	default:
-		return false
-	}
-}
+func (t *Table) isClosed() bool { return shutdown.Closed(t.closing) }
 
 // Held reports whether a copy holds id.
 func (t *Table) Held(id string) bool {

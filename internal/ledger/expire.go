@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/periodic"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -22,16 +23,7 @@ func (l *Ledger) expireLoop() {
 	if l.opts.Retention <= 0 {
 		every = time.Minute
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.closing:
-			return
-		case <-t.C:
-			_, _ = l.expireDue()
-		}
-	}
+	periodic.Run(l.closing, every, func() { _, _ = l.expireDue() })
 }
 
 // expireDue is one run of the expirer: the keys past retention by the

@@ -310,14 +310,7 @@ func (l *Ledger) Lookup(key claims.Key) (applied bool, hash [32]byte, at time.Ti
 	return e.Applied, e.Hash, e.At, err
 }
 
-func (l *Ledger) isClosed() bool {
-	select {
-	case <-l.closing:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Ledger) isClosed() bool { return shutdown.Closed(l.closing) }
 
 // encodeKey is a key as the file stores it: the namespace's length first,
 // so ("a","bc") and ("ab","c") never collide.

@@ -552,14 +552,7 @@ func (o *Outbox) Close() error {
 	return o.closeErr
 }
 
-func (o *Outbox) isClosed() bool {
-	select {
-	case <-o.closing:
-		return true
-	default:
-		return false
-	}
-}
+func (o *Outbox) isClosed() bool { return shutdown.Closed(o.closing) }
 
 func (o *Outbox) unregister() { outboxes.Release(o.path, o) }
 

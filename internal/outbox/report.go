@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/periodic"
 )
 
 // Logger is what ReportStart writes through (Benthos's *service.Logger
@@ -53,19 +55,14 @@ func (o *Outbox) watch(ctx context.Context, every time.Duration, fn func(st Stat
 	if every > 0 && every < tick {
 		tick = every
 	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
 	lastReport := time.Now()
-	for {
+	call := func() {
 		report := every > 0 && time.Since(lastReport) >= every
 		if report {
 			lastReport = time.Now()
 		}
 		fn(o.Stats(), report)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	call()
+	periodic.Run(ctx.Done(), tick, call)
 }

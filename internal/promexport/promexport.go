@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/push"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/periodic"
 )
 
 // pushTimeout bounds one push, so a dead Pushgateway delays neither the
@@ -110,18 +111,11 @@ func (e *Exporter) startPush() {
 	e.stopPush, e.pushDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(e.pushDone)
-		t := time.NewTicker(e.cfg.PushInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.stopPush:
-				return
-			case <-t.C:
-				if err := e.push(context.Background()); err != nil {
-					e.log.Warnf("%v", err)
-				}
+		periodic.Run(e.stopPush, e.cfg.PushInterval, func() {
+			if err := e.push(context.Background()); err != nil {
+				e.log.Warnf("%v", err)
 			}
-		}
+		})
 	}()
 }
 

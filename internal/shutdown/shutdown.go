@@ -75,3 +75,14 @@ func Within(ctx context.Context, limit time.Duration, what string, release func(
 	}
 	return fmt.Errorf("closing %s: timed out after %s", what, limit)
 }
+
+// Closed reports, without blocking, whether ch (a component's closing or
+// done channel) has been closed.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/shutdown"
 )
 
 // killWait bounds the wait for a process to disappear after SIGKILL; only a
@@ -54,14 +56,7 @@ func startChild(path string, args, env []string, dir, logPath, marker string) (*
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
 
-func (c *child) running() bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
-}
+func (c *child) running() bool { return !shutdown.Closed(c.done) }
 
 // wait reports whether the process exited within timeout.
 func (c *child) wait(timeout time.Duration) bool {
