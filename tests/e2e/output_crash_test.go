@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
 
@@ -28,7 +29,7 @@ import (
 //     resends (with window 1 nothing can overtake);
 //   - in the end 1..count are all delivered and the outbox file is empty.
 func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
-	outputSIGKILLMidStream(t)
+	outputSIGKILLMidStream(t, 1)
 }
 
 // TestOutputWithBatchingSIGKILLMidStreamLosesNoAcceptedMessage: the same
@@ -36,10 +37,24 @@ func TestOutputSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
 // of 10 into batches of 7 appended together: a batch is accepted only once
 // the fsync that covers all of it returned.
 func TestOutputWithBatchingSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
-	outputSIGKILLMidStream(t, "batching: { count: 7, period: 5ms }")
+	outputSIGKILLMidStream(t, 1, "batching: { count: 7, period: 5ms }")
 }
 
-func outputSIGKILLMidStream(t *testing.T, extra ...string) {
+// TestOutputPackedSIGKILLMidStreamLosesNoAcceptedMessage: the same with
+// records packed into frames of up to 16 (confirm: broker, envelope:
+// delivery: a frame's PUBACK confirms its records), a window of 64 records
+// so that frames form, and kills that land while frames are in flight.
+// Resends start again from the oldest unconfirmed record, so first
+// deliveries still arrive in order.
+func TestOutputPackedSIGKILLMidStreamLosesNoAcceptedMessage(t *testing.T) {
+	if frames := outputSIGKILLMidStream(t, 64, "pack: { max_events: 16 }"); frames == 0 {
+		t.Fatal("the subscriber got no frame: the test did not test packing")
+	}
+}
+
+// outputSIGKILLMidStream runs the test with the output's window and extra
+// output fields, and returns how many frames the subscriber got.
+func outputSIGKILLMidStream(t *testing.T, window int, extra ...string) (frames int) {
 	const count, kills = 5000, 5
 	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	// A persistent session: a subscriber reconnect must not cost messages.
@@ -48,7 +63,7 @@ func outputSIGKILLMidStream(t *testing.T, extra ...string) {
 	// build a backlog (connection cut) and are killed while draining it.
 	proxy := harness.NewProxy(t, m.Addr())
 	path := filepath.Join(t.TempDir(), "outbox.db")
-	pub := outPublisher{url: proxy.URL(), outboxPath: path, count: count, topic: "crash/data", window: 1, batch: 10,
+	pub := outPublisher{url: proxy.URL(), outboxPath: path, count: count, topic: "crash/data", window: window, batch: 10,
 		extra: append([]string{"envelope: delivery"}, extra...)}
 	p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
 
@@ -103,7 +118,13 @@ func outputSIGKILLMidStream(t *testing.T, extra ...string) {
 		}
 		last = d.n
 	}
-	t.Logf("%d deliveries for %d messages (%d duplicates)", len(ds), count, len(ds)-count)
+	for _, m := range sub.Messages() {
+		if frame.Is(m.Payload) {
+			frames++
+		}
+	}
+	t.Logf("%d deliveries for %d messages (%d duplicates), %d publishes were frames", len(ds), count, len(ds)-count, frames)
+	return frames
 }
 
 func outMax(set map[int]bool) int {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -163,6 +164,16 @@ func outDeliveries(t *testing.T, s *harness.Subscriber) []outDelivery {
 	t.Helper()
 	var out []outDelivery
 	for _, m := range s.Messages() {
+		if frame.Is(m.Payload) { // a packed publisher's: its events in order
+			_, events, err := frame.Decode(m.Payload, frame.DefaultLimits)
+			if err != nil {
+				t.Fatalf("subscriber got a frame it cannot read: %v", err)
+			}
+			for _, e := range events {
+				out = append(out, outDelivery{n: outN(t, e.Payload), eventID: e.ID})
+			}
+			continue
+		}
 		d, err := envelope.DecodeDelivery(m.Payload)
 		if err != nil {
 			t.Fatalf("subscriber got something that is not a delivery envelope: %q: %v", m.Payload, err)
