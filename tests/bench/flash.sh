@@ -1,6 +1,6 @@
 #!/bin/sh
 # Flash wear: bytes the block device is asked to write per reading, at 100
-# readings a second, for the append+fdatasync reference, the outbox (with
+# readings a second (RATE), for the append+fdatasync reference, the outbox (with
 # commit_delay 0, 10 ms and 50 ms), the bbolt ledger, the embedded broker's
 # store and the quickstart's gateway (publisher + edge broker + bridge), all
 # in one run on one loop-mounted ext4 (BenchmarkFlash in flash_test.go says
@@ -8,6 +8,7 @@
 #
 #   sudo tests/bench/flash.sh                 # N=1000 readings each
 #   sudo N=3000 tests/bench/flash.sh
+#   sudo RATE=1000 N=10000 tests/bench/flash.sh     # readings a second
 #   sudo FLASH_ONLY=reference,outbox tests/bench/flash.sh
 #   sudo RELIABLE_MQTT_BIN=/path/to/reliable-mqtt tests/bench/flash.sh
 #
@@ -16,6 +17,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 N="${N:-1000}"
+RATE="${RATE:-100}"
 work="$(mktemp -d)"
 out="$work/out"
 img="$work/ext4.img"
@@ -41,10 +43,10 @@ loop="$(losetup --find --show "$img")"
 mkdir -p "$mnt"
 mount "$loop" "$mnt"
 
-FLASH_DIR="$mnt" FLASH_DEV="$(basename "$loop")" FLASH_N="$N" FLASH_ONLY="${FLASH_ONLY:-}" \
+FLASH_DIR="$mnt" FLASH_DEV="$(basename "$loop")" FLASH_N="$N" FLASH_RATE="$RATE" FLASH_ONLY="${FLASH_ONLY:-}" \
 	go test -run '^$' -bench '^BenchmarkFlash$' -benchtime=1x -count=1 -timeout 60m ./tests/bench/ | tee "$out"
 
-awk -v n="$N" '
+awk -v n="$N" -v rate="$RATE" '
 /^BenchmarkFlash\// {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkFlash\//, "", name)
 	for (i = 3; i < NF; i++) if ($(i+1) == "devB/reading") v[name] = $i
@@ -52,7 +54,7 @@ awk -v n="$N" '
 }
 END {
 	ref = v["reference"]
-	printf "\ndevice bytes per reading at 100 readings/s, %d readings (same run):\n", n
+	printf "\ndevice bytes per reading at %d readings/s, %d readings (same run):\n", rate, n
 	for (i = 1; i <= k; i++) {
 		name = order[i]
 		if (ref > 0) printf "  %-18s %9.0f  %5.2fx reference\n", name, v[name], v[name] / ref

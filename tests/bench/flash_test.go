@@ -19,8 +19,8 @@ import (
 
 // BenchmarkFlash reports the bytes a block device was asked to write per
 // reading (sectors written, from /sys/block/$FLASH_DEV/stat, after a sync)
-// while one workload handles FLASH_N readings (default 1000) at 100 a
-// second, with every file it keeps under $FLASH_DIR, a filesystem on that
+// while one workload handles FLASH_N readings (default 1000) at FLASH_RATE
+// a second (default 100), with every file it keeps under $FLASH_DIR, a filesystem on that
 // device. tests/bench/flash.sh sets up a loop-mounted ext4 and runs it;
 // without FLASH_DIR it is skipped. Every workload checks that every reading
 // arrived. Brokers and subscribers outside the gateway keep their files off
@@ -98,10 +98,19 @@ func sectorsWritten(b *testing.B, dev string) uint64 {
 	return v
 }
 
-// paced calls f(i) for i in 0..n-1, one every 10 ms (100 a second) on a
-// ticker, so a slow call does not shift the ones after it.
+// flashInterval is the time between readings: 1 s / FLASH_RATE (default
+// 100 readings a second).
+func flashInterval() time.Duration {
+	if v, err := strconv.Atoi(os.Getenv("FLASH_RATE")); err == nil && v > 0 {
+		return time.Second / time.Duration(v)
+	}
+	return 10 * time.Millisecond
+}
+
+// paced calls f(i) for i in 0..n-1, one every flashInterval on a ticker,
+// so a slow call does not shift the ones after it.
 func paced(n int, f func(i int) error) error {
-	t := time.NewTicker(10 * time.Millisecond)
+	t := time.NewTicker(flashInterval())
 	defer t.Stop()
 	for i := range n {
 		if err := f(i); err != nil {
@@ -138,7 +147,8 @@ func flashReference(b *testing.B, dir string, n int) {
 }
 
 // flashPublisher: generate → reliable_mqtt_out with confirm: broker and
-// its defaults (64 writes in flight), a reading of ~120 bytes every 10 ms.
+// its defaults (64 writes in flight), a reading of ~120 bytes every
+// flashInterval.
 const flashPublisher = `
 http:
   address: 127.0.0.1:%[1]d
@@ -146,7 +156,7 @@ metrics:
   prometheus: {}
 input:
   generate:
-    interval: 10ms
+    interval: %[7]s
     mapping: |
       let seq = counter()
       root = if $seq > %[2]d { deleted() } else { {"seq": $seq, "machine": "press-1", "temperature": 21.5, "pad": "%[5]s"} }
@@ -166,7 +176,7 @@ func flashOutbox(b *testing.B, dir string, n int, delay string) {
 	if delay != "" {
 		extra = "\n      commit_delay: " + delay
 	}
-	p := harness.RunPipeline(b, fmt.Sprintf(flashPublisher, port, n, m.URL(), dir, strings.Repeat("x", 50), extra), harness.ProcOptions{})
+	p := harness.RunPipeline(b, fmt.Sprintf(flashPublisher, port, n, m.URL(), dir, strings.Repeat("x", 50), extra, flashInterval()), harness.ProcOptions{})
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	if !waitCounter(url, "reliable_mqtt_out_confirmed", n, 5*time.Minute, func() {}) {
 		b.Fatalf("%d readings not confirmed within 5 minutes:\n%s", n, p.Log())
@@ -176,6 +186,13 @@ func flashOutbox(b *testing.B, dir string, n int, delay string) {
 	}
 	if got := distinctSeqs(sub.Messages()); got != n {
 		b.Fatalf("the subscriber got %d distinct readings of %d", got, n)
+	}
+	// What the output's own counter says bbolt wrote, once the last
+	// removals are committed (held up to 1 s) and the gauges refreshed.
+	time.Sleep(2500 * time.Millisecond)
+	if fams, err := harness.ScrapeMetrics(url); err == nil {
+		v, _ := harness.MetricSum(fams, "reliable_mqtt_out_outbox_written_bytes", nil)
+		b.ReportMetric(v/float64(n), "counterB/reading")
 	}
 	stopFlash(b, p)
 }
@@ -346,7 +363,7 @@ func flashChain(b *testing.B, dir string, n int) {
 		filepath.Join(root, "config", "publisher.yaml"),
 		filepath.Join(root, "config", "bridge.yaml"))
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PUBLISH_INTERVAL=10ms", fmt.Sprintf("PUBLISH_COUNT=%d", n),
+	cmd.Env = append(os.Environ(), "PUBLISH_INTERVAL="+flashInterval().String(), fmt.Sprintf("PUBLISH_COUNT=%d", n),
 		"DATA_DIR="+dir, "EDGE_BROKER=embedded://?dir="+dir+"/edge", "SOURCE_BROKER=embedded://?dir="+dir+"/edge",
 		"DEST_BROKER="+cloud.URL(), "STATS_INTERVAL=1s")
 	logs := &harness.LogBuffer{}
