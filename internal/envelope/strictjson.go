@@ -179,60 +179,16 @@ func (p *parser) enter() error {
 }
 
 func (p *parser) parseArray(v *value) error {
-	if err := p.enter(); err != nil {
-		return err
-	}
-	p.pos++ // '['
 	*v = value{kind: kindArray}
-	p.skipSpace()
-	if p.pos < len(p.data) && p.data[p.pos] == ']' {
-		p.pos++
-		p.depth--
-		return nil
-	}
-	for {
-		p.skipSpace()
-		if p.pos == len(p.data) {
-			return p.errorf("unexpected end of input, expecting a JSON value")
-		}
+	return p.parseContainer(']', "a JSON value", func() error {
 		v.elems = append(v.elems, value{})
-		if err := p.parseValue(&v.elems[len(v.elems)-1]); err != nil {
-			return err
-		}
-		p.skipSpace()
-		if p.pos == len(p.data) {
-			return p.errorf("unexpected end of input, expecting ',' or ']'")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			p.depth--
-			return nil
-		default:
-			return p.errorf("invalid character %q, expecting ',' or ']'", p.peekRune())
-		}
-	}
+		return p.parseValue(&v.elems[len(v.elems)-1])
+	})
 }
 
 func (p *parser) parseObject(v *value) error {
-	if err := p.enter(); err != nil {
-		return err
-	}
-	p.pos++ // '{'
 	*v = value{kind: kindObject}
-	p.skipSpace()
-	if p.pos < len(p.data) && p.data[p.pos] == '}' {
-		p.pos++
-		p.depth--
-		return nil
-	}
-	for {
-		p.skipSpace()
-		if p.pos == len(p.data) {
-			return p.errorf("unexpected end of input, expecting an object key")
-		}
+	err := p.parseContainer('}', "an object key", func() error {
 		if p.data[p.pos] != '"' {
 			return p.errorf("invalid character %q, expecting a double-quoted object key", p.peekRune())
 		}
@@ -258,19 +214,49 @@ func (p *parser) parseObject(v *value) error {
 			return err
 		}
 		v.members = append(v.members, m)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return sortMembers(v.members)
+}
+
+// parseContainer parses an array or object from its opening byte at p.pos
+// to end: elem parses one element (spaces skipped, input not at its end),
+// and elements are separated by commas.
+func (p *parser) parseContainer(end byte, first string, elem func() error) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	p.pos++ // '[' or '{'
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == end {
+		p.pos++
+		p.depth--
+		return nil
+	}
+	for {
 		p.skipSpace()
 		if p.pos == len(p.data) {
-			return p.errorf("unexpected end of input, expecting ',' or '}'")
+			return p.errorf("unexpected end of input, expecting %s", first)
+		}
+		if err := elem(); err != nil {
+			return err
+		}
+		p.skipSpace()
+		if p.pos == len(p.data) {
+			return p.errorf("unexpected end of input, expecting ',' or '%c'", end)
 		}
 		switch p.data[p.pos] {
 		case ',':
 			p.pos++
-		case '}':
+		case end:
 			p.pos++
 			p.depth--
-			return sortMembers(v.members)
+			return nil
 		default:
-			return p.errorf("invalid character %q, expecting ',' or '}'", p.peekRune())
+			return p.errorf("invalid character %q, expecting ',' or '%c'", p.peekRune(), end)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Check refuses a configuration the pool could not honour, before anything
@@ -22,18 +23,19 @@ func (pc PoolConfig) Check(apply []string) error {
 		return fmt.Errorf("sql.max_batch must be at least 1, got %d", pc.MaxBatch)
 	case c.MaxOpenConns < 0 || c.MaxIdleConns < 0:
 		return errors.New("sql.max_open_conns and sql.max_idle_conns must not be negative")
-	case c.ConnMaxLifetime < 0:
-		return errors.New("sql.conn_max_lifetime must not be negative")
-	case c.ConnectTimeout < 0:
-		return errors.New("sql.connect_timeout must not be negative")
-	case c.TxTimeout < 0:
-		return errors.New("sql.transaction_timeout must not be negative")
-	case pc.StartupWait < 0:
-		return errors.New("sql.startup_wait must not be negative")
-	case c.BusyTimeout < 0:
-		return errors.New("sql.busy_timeout must not be negative")
 	case c.MaxRetries < 0:
 		return fmt.Errorf("sql.retry.max_retries must not be negative, got %d", c.MaxRetries)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"conn_max_lifetime", c.ConnMaxLifetime}, {"connect_timeout", c.ConnectTimeout},
+		{"transaction_timeout", c.TxTimeout}, {"startup_wait", pc.StartupWait}, {"busy_timeout", c.BusyTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("sql.%s must not be negative", d.field)
+		}
 	}
 	if err := c.backoff().Check("sql.retry"); err != nil {
 		return fmt.Errorf("%w (got %s and %s)", err, c.RetryInitial, c.RetryMax)

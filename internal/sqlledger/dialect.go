@@ -88,6 +88,31 @@ const (
 	// Oldest first, at most limit rows, so one call never holds locks on
 	// the whole table.
 	commonExpire = `DELETE FROM %[1]s WHERE ("namespace", "key") IN (SELECT "namespace", "key" FROM %[1]s WHERE "applied_at" < %[2]s ORDER BY "applied_at" LIMIT %[3]s)`
+
+	// The tables and the clock's statements, with {words} a dialect fills
+	// in (sqliteWords, postgresWords): {bytes} and {time} column types, {p} the clock's
+	// one argument, {max} the greater of two values.
+	commonCreate = `CREATE TABLE IF NOT EXISTS %s (
+	"namespace"  TEXT    NOT NULL,
+	"key"        TEXT    NOT NULL,
+	"hash"       {bytes},
+	"applied_at" {time} NOT NULL,
+	PRIMARY KEY ("namespace", "key")
+)`
+	commonClockCreate = `CREATE TABLE IF NOT EXISTS %s (
+	"id"      INTEGER PRIMARY KEY CHECK ("id" = 1),
+	"reading" {time} NOT NULL,
+	"floor"   {time} NOT NULL
+)`
+	commonClockInit    = `INSERT INTO %s ("id", "reading", "floor") VALUES (1, {p}, {p}) ON CONFLICT ("id") DO NOTHING`
+	commonClockAdvance = `UPDATE %s SET "reading" = {max}("reading", {p}) WHERE "id" = 1`
+	commonClockRestart = `UPDATE %s SET "reading" = {p}, "floor" = {p} WHERE "id" = 1 AND "reading" < {p}`
+)
+
+// sqliteWords and postgresWords fill the {words} of the common statements for one dialect.
+var (
+	sqliteWords   = strings.NewReplacer("{bytes}", "BLOB", "{time}", "INTEGER", "{p}", "?1", "{max}", "MAX")
+	postgresWords = strings.NewReplacer("{bytes}", "BYTEA", "{time}", "TIMESTAMPTZ", "{p}", "$1", "{max}", "GREATEST")
 )
 
 var dialects = map[Driver]*dialect{
@@ -98,26 +123,16 @@ var dialects = map[Driver]*dialect{
 		sqlDriver: "sqlite",
 		// applied_at is Unix microseconds: SQLite has no timestamp type and
 		// integers compare correctly, which Expire relies on.
-		createSQL: `CREATE TABLE IF NOT EXISTS %s (
-	"namespace"  TEXT    NOT NULL,
-	"key"        TEXT    NOT NULL,
-	"hash"       BLOB,
-	"applied_at" INTEGER NOT NULL,
-	PRIMARY KEY ("namespace", "key")
-)`,
-		insertSQL: fmt.Sprintf(commonInsert, "?", "?", "?"),
-		lookupSQL: fmt.Sprintf(commonLookup, "%s", "?", "?"),
-		countSQL:  commonCount,
-		expireSQL: strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
-		timeArg:   func(t time.Time) any { return t.UnixMicro() },
-		clockCreateSQL: `CREATE TABLE IF NOT EXISTS %s (
-	"id"      INTEGER PRIMARY KEY CHECK ("id" = 1),
-	"reading" INTEGER NOT NULL,
-	"floor"   INTEGER NOT NULL
-)`,
-		clockInitSQL:    `INSERT INTO %s ("id", "reading", "floor") VALUES (1, ?1, ?1) ON CONFLICT ("id") DO NOTHING`,
-		clockAdvanceSQL: `UPDATE %s SET "reading" = MAX("reading", ?1) WHERE "id" = 1`,
-		clockRestartSQL: `UPDATE %s SET "reading" = ?1, "floor" = ?1 WHERE "id" = 1 AND "reading" < ?1`,
+		createSQL:       sqliteWords.Replace(commonCreate),
+		insertSQL:       fmt.Sprintf(commonInsert, "?", "?", "?"),
+		lookupSQL:       fmt.Sprintf(commonLookup, "%s", "?", "?"),
+		countSQL:        commonCount,
+		expireSQL:       strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
+		timeArg:         func(t time.Time) any { return t.UnixMicro() },
+		clockCreateSQL:  sqliteWords.Replace(commonClockCreate),
+		clockInitSQL:    sqliteWords.Replace(commonClockInit),
+		clockAdvanceSQL: sqliteWords.Replace(commonClockAdvance),
+		clockRestartSQL: sqliteWords.Replace(commonClockRestart),
 		retryable:       sqliteRetryable,
 		unavailable:     func(error) bool { return false }, // a local file
 		open:            func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
@@ -131,30 +146,20 @@ var dialects = map[Driver]*dialect{
 		tryBatch:      (*Store).tryBatch,
 	},
 	Postgres: {
-		driver:    Postgres,
-		name:      "PostgreSQL",
-		about:     "PostgreSQL, for a database several instances share.",
-		sqlDriver: "pgx",
-		createSQL: `CREATE TABLE IF NOT EXISTS %s (
-	"namespace"  TEXT        NOT NULL,
-	"key"        TEXT        NOT NULL,
-	"hash"       BYTEA,
-	"applied_at" TIMESTAMPTZ NOT NULL,
-	PRIMARY KEY ("namespace", "key")
-)`,
-		insertSQL: fmt.Sprintf(commonInsert, "$1", "$2", "$3"),
-		lookupSQL: fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
-		countSQL:  commonCount,
-		expireSQL: strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
-		timeArg:   func(t time.Time) any { return t.UTC() },
-		clockCreateSQL: `CREATE TABLE IF NOT EXISTS %s (
-	"id"      INTEGER     PRIMARY KEY CHECK ("id" = 1),
-	"reading" TIMESTAMPTZ NOT NULL,
-	"floor"   TIMESTAMPTZ NOT NULL
-)`,
-		clockInitSQL:    `INSERT INTO %s ("id", "reading", "floor") VALUES (1, $1, $1) ON CONFLICT ("id") DO NOTHING`,
-		clockAdvanceSQL: `UPDATE %s SET "reading" = GREATEST("reading", $1) WHERE "id" = 1`,
-		clockRestartSQL: `UPDATE %s SET "reading" = $1, "floor" = $1 WHERE "id" = 1 AND "reading" < $1`,
+		driver:          Postgres,
+		name:            "PostgreSQL",
+		about:           "PostgreSQL, for a database several instances share.",
+		sqlDriver:       "pgx",
+		createSQL:       postgresWords.Replace(commonCreate),
+		insertSQL:       fmt.Sprintf(commonInsert, "$1", "$2", "$3"),
+		lookupSQL:       fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
+		countSQL:        commonCount,
+		expireSQL:       strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
+		timeArg:         func(t time.Time) any { return t.UTC() },
+		clockCreateSQL:  postgresWords.Replace(commonClockCreate),
+		clockInitSQL:    postgresWords.Replace(commonClockInit),
+		clockAdvanceSQL: postgresWords.Replace(commonClockAdvance),
+		clockRestartSQL: postgresWords.Replace(commonClockRestart),
 		retryable:       postgresRetryable,
 		unavailable:     postgresUnavailable,
 		open:            openPostgres,
