@@ -1,8 +1,10 @@
 // Package codec is how an event rides on MQTT, in both directions and
 // without Benthos: the reliomq v1 envelopes (internal/envelope) or, on
 // MQTT 5, user properties (internal/properties). The output encodes a
-// message into the record it stores and publishes; the input decodes a
-// received payload into body, event ID and destination topic.
+// message into the record it stores and publishes, and a stored record
+// into the event a frame carries (pack.go); the input decodes a received
+// payload into body, event ID and destination topic, or a frame's events.
+// ACKs are encoded and read here too.
 package codec
 
 import (

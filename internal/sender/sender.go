@@ -209,7 +209,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress b
 		}
 		if w.heldByServer && !held {
 			held = true
-			sd.log.Infof("The server's Receive Maximum of %d holds the records awaiting a PUBACK below the window of %d this link could carry (outbox %s); raise it on the broker (mosquitto: max_inflight_messages) for more throughput on a long round trip",
+			sd.log.Infof("The server's Receive Maximum of %d holds the publishes awaiting a PUBACK below the window of %d records this link could carry (outbox %s); raise it on the broker (mosquitto: max_inflight_messages) for more throughput on a long round trip",
 				rm, w.sz.limit(), sd.ob.Path())
 		}
 
