@@ -120,11 +120,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // the frame. A partial, forged, malformed, duplicate or stale ACK (one
 // naming a frame of an earlier session, re-formed since) removes nothing.
 func TestPackedRecordsLeaveOnlyAtTheirFramesACK(t *testing.T) {
-	ob, err := outbox.Open(t.TempDir()+"/outbox.db", outbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ob.Close() })
+	ob := openOutbox(t, 0)
 	appendIngress(t, ob, 1, 10)
 
 	m := &testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}
@@ -190,11 +186,7 @@ func TestPackedRecordsLeaveOnlyAtTheirFramesACK(t *testing.T) {
 // A record alone in the outbox is published alone, in the bytes it has
 // without packing: nothing waits for a frame to fill.
 func TestALoneRecordIsNotHeldForAFrame(t *testing.T) {
-	ob, err := outbox.Open(t.TempDir()+"/outbox.db", outbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ob.Close() })
+	ob := openOutbox(t, 0)
 	appendIngress(t, ob, 1, 1)
 	recs, err := ob.Read(0, 1)
 	if err != nil {
@@ -222,11 +214,7 @@ func TestALoneRecordIsNotHeldForAFrame(t *testing.T) {
 // (envelope: delivery, frames to the records' own topic), and a server's
 // Maximum Packet Size bounds the frames.
 func TestAFramesPUBACKConfirmsItsRecords(t *testing.T) {
-	ob, err := outbox.Open(t.TempDir()+"/outbox.db", outbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ob.Close() })
+	ob := openOutbox(t, 0)
 	enc := codec.Encoding{Mode: codec.Delivery, MaxPayloadBytes: 1 << 20}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
