@@ -63,6 +63,10 @@ func appendValue(dst []byte, v *value) []byte {
 
 const lowerHex = "0123456789abcdef"
 
+// shortEscape is the letter of a two-character escape (\n, \"), where
+// JSON has one; other control characters are written \u00XX.
+var shortEscape = [256]byte{'"': '"', '\\': '\\', '\n': 'n', '\r': 'r', '\t': 't', '\b': 'b', '\f': 'f'}
+
 // appendString writes s as a JSON string the way Python does with
 // ensure_ascii=False. s must be valid UTF-8 (callers check).
 func appendString(dst []byte, s string) []byte {
@@ -74,22 +78,9 @@ func appendString(dst []byte, s string) []byte {
 			continue
 		}
 		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"':
-			dst = append(dst, '\\', '"')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		default:
+		if e := shortEscape[c]; e != 0 {
+			dst = append(dst, '\\', e)
+		} else {
 			dst = append(dst, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
 		}
 		start = i + 1

@@ -55,10 +55,10 @@ func (l Loop[T]) Run(reqs <-chan T, closing <-chan struct{}, commit func(group [
 		}
 		group = drain(reqs, group, l.Max)
 		if l.Linger > 0 && !l.anyWaits(group) {
-			group = l.linger(reqs, closing, group)
+			group = l.gather(reqs, closing, group, l.Linger, true)
 		}
 		if l.Delay > 0 && l.anyWaits(group) {
-			group = l.delay(reqs, closing, group)
+			group = l.gather(reqs, closing, group, l.Delay, false)
 		}
 		commit(group)
 		for i := range group {
@@ -76,36 +76,20 @@ func (l Loop[T]) anyWaits(group []T) bool {
 	return false
 }
 
-// linger adds requests to a group nobody waits for, until one that waits
-// arrives, Linger passes, closing is closed or the group is full.
-func (l Loop[T]) linger(reqs <-chan T, closing <-chan struct{}, group []T) []T {
-	timer := time.NewTimer(l.Linger)
+// gather adds requests to group until wait passes, closing is closed or
+// the group is full. Lingering (a group nobody waits for) also ends when a
+// request somebody waits for arrives; delaying (a group somebody waits
+// for) waits the whole Delay.
+func (l Loop[T]) gather(reqs <-chan T, closing <-chan struct{}, group []T, wait time.Duration, lingering bool) []T {
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for len(group) < l.Max {
 		select {
 		case r := <-reqs:
 			group = append(group, r)
-			if l.Waits(r) {
+			if lingering && l.Waits(r) {
 				return drain(reqs, group, l.Max)
 			}
-		case <-timer.C:
-			return group
-		case <-closing:
-			return group
-		}
-	}
-	return group
-}
-
-// delay adds requests to a group somebody waits for, until Delay passes,
-// closing is closed or the group is full.
-func (l Loop[T]) delay(reqs <-chan T, closing <-chan struct{}, group []T) []T {
-	timer := time.NewTimer(l.Delay)
-	defer timer.Stop()
-	for len(group) < l.Max {
-		select {
-		case r := <-reqs:
-			group = append(group, r)
 		case <-timer.C:
 			return group
 		case <-closing:

@@ -480,16 +480,11 @@ func (o *Outbox) Read(afterSeq uint64, max int) ([]Record, error) {
 // setAside has the committer move damaged records out of the queue.
 func (o *Outbox) setAside(bad []suspect) error {
 	r := &request{ctx: context.Background(), aside: bad, done: make(chan struct{}, 1)}
-	select {
-	case o.reqs <- []*request{r}:
-	case <-o.closing:
-		return fmt.Errorf("outbox file %s: %w", o.path, ErrClosed)
+	err := o.submit(r)
+	if err != nil && r.err != nil { // not the closed outbox: the move failed
+		return fmt.Errorf("outbox file %s: moving %d damaged records aside: %w", o.path, len(bad), err)
 	}
-	<-r.done
-	if r.err != nil {
-		return fmt.Errorf("outbox file %s: moving %d damaged records aside: %w", o.path, len(bad), r.err)
-	}
-	return nil
+	return err
 }
 
 // Remove deletes confirmed records and their event-ID index entries. Seqs
@@ -524,7 +519,11 @@ func (o *Outbox) Remove(seqs ...uint64) error {
 
 // remove1 submits one removal of seqs, committed in one transaction.
 func (o *Outbox) remove1(seqs []uint64) error {
-	r := &request{ctx: context.Background(), seqs: seqs, done: make(chan struct{}, 1)}
+	return o.submit(&request{ctx: context.Background(), seqs: seqs, done: make(chan struct{}, 1)})
+}
+
+// submit hands r to the committer and waits for its outcome.
+func (o *Outbox) submit(r *request) error {
 	select {
 	case o.reqs <- []*request{r}:
 	case <-o.closing:
