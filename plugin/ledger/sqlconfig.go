@@ -8,16 +8,12 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/sqlconf"
 )
 
 const (
-	fieldSQLDriver          = "driver"
-	fieldSQLDSN             = "dsn"
 	fieldSQLTable           = "table"
-	fieldSQLInit            = "init_statements"
 	fieldSQLApply           = "apply"
-	fieldSQLQuery           = "query"
-	fieldSQLArgs            = "args_mapping"
 	fieldSQLMaxBatch        = "max_batch"
 	fieldSQLMaxOpen         = "max_open_conns"
 	fieldSQLMaxIdle         = "max_idle_conns"
@@ -34,8 +30,8 @@ const (
 
 func sqlField() *service.ConfigField {
 	return service.NewObjectField(fieldSQL,
-		service.NewStringAnnotatedEnumField(fieldSQLDriver, sqlledger.DriverDocs()).Description("The database.").Default(string(sqlledger.SQLite)),
-		service.NewStringField(fieldSQLDSN).
+		sqlconf.DriverField(),
+		service.NewStringField(sqlconf.FieldDSN).
 			Description("For SQLite the database file (WAL, `synchronous=FULL` and a busy timeout are added unless the DSN sets them). For PostgreSQL a `postgres://` URL or `key=value` string; with a primary and standbys, list every host and set `target_session_attrs=read-write`, so that each new connection finds the current primary (see docs/scaling.md for what a failover does). Passwords are redacted in errors and logs.").
 			Example("./data/ledger.db").
 			Example("postgres://app:secret@db.internal:5432/app?sslmode=verify-full").
@@ -43,13 +39,13 @@ func sqlField() *service.ConfigField {
 		service.NewStringField(fieldSQLTable).
 			Description("The ledger table, created if missing: primary key (`namespace`, `key`), the payload's SHA-256 `hash` and `applied_at`. Lower-case letters, digits and underscores.").
 			Default("dedup_ledger"),
-		service.NewStringListField(fieldSQLInit).
+		service.NewStringListField(sqlconf.FieldInit).
 			Description("Statements run once, in order, when the processor starts (outside any message's transaction), e.g. `CREATE TABLE IF NOT EXISTS` for the tables `apply` writes. A failing statement stops the pipeline from starting.").
 			Default([]any{}),
 		service.NewObjectListField(fieldSQLApply,
-			service.NewStringField(fieldSQLQuery).
+			service.NewStringField(sqlconf.FieldQuery).
 				Description("The statement, with the driver's placeholders: `?` for SQLite, `$1`, `$2`, … for PostgreSQL. Transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`, `END`, `START`, `ABORT`) is refused: the processor owns the transaction."),
-			service.NewBloblangField(fieldSQLArgs).
+			service.NewBloblangField(sqlconf.FieldArgs).
 				Description("A Bloblang mapping whose result is the array of the statement's arguments. Objects and arrays as arguments are refused: encode them, e.g. `this.doc.format_json()`.").
 				Example(`root = [ this.delta ]`).
 				Optional(),
@@ -108,14 +104,14 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 	var driver string
 	var retries int
 	err := conffield.Read(conf,
-		conffield.String(&driver, fieldSQLDriver), conffield.String(&c.DSN, fieldSQLDSN), conffield.String(&c.Table, fieldSQLTable),
+		conffield.String(&driver, sqlconf.FieldDriver), conffield.String(&c.DSN, sqlconf.FieldDSN), conffield.String(&c.Table, fieldSQLTable),
 		conffield.Int(&s.pool.MaxBatch, fieldSQLMaxBatch), conffield.Int(&c.MaxOpenConns, fieldSQLMaxOpen),
 		conffield.Int(&c.MaxIdleConns, fieldSQLMaxIdle), conffield.Int(&retries, fieldSQLRetry, fieldSQLRetryCount),
 		conffield.Duration(&c.ConnMaxLifetime, fieldSQLConnMaxLifetime), conffield.Duration(&c.ConnectTimeout, fieldSQLConnectTimeout),
 		conffield.Duration(&s.pool.StartupWait, fieldSQLStartupWait), conffield.Duration(&c.TxTimeout, fieldSQLTxTimeout),
 		conffield.Duration(&c.BusyTimeout, fieldSQLBusyTimeout),
 		conffield.Duration(&c.RetryInitial, fieldSQLRetry, fieldSQLRetryInitial), conffield.Duration(&c.RetryMax, fieldSQLRetry, fieldSQLRetryMax),
-		conffield.StringList(&s.pool.Init, fieldSQLInit))
+		conffield.StringList(&s.pool.Init, sqlconf.FieldInit))
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +123,11 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 	queries := make([]string, len(stmts))
 	for i, sc := range stmts {
 		var st applyStmt
-		if st.query, err = sc.FieldString(fieldSQLQuery); err != nil {
+		if st.query, err = sc.FieldString(sqlconf.FieldQuery); err != nil {
 			return nil, err
 		}
-		if sc.Contains(fieldSQLArgs) {
-			if st.args, err = sc.FieldBloblang(fieldSQLArgs); err != nil {
+		if sc.Contains(sqlconf.FieldArgs) {
+			if st.args, err = sc.FieldBloblang(sqlconf.FieldArgs); err != nil {
 				return nil, fmt.Errorf("sql.apply[%d].args_mapping: %w", i, err)
 			}
 		}

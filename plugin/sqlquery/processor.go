@@ -14,17 +14,9 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlrows"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/conffield"
-)
-
-const (
-	fieldDriver = "driver"
-	fieldDSN    = "dsn"
-	fieldInit   = "init_statements"
-	fieldQuery  = "query"
-	fieldArgs   = "args_mapping"
+	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/sqlconf"
 )
 
 func processorSpec() *service.ConfigSpec {
@@ -39,19 +31,17 @@ This is not part of the delivery guarantee: the statement commits on its own, no
 
 A database is opened as `+"`dedup_ledger`"+` opens it: a SQLite file gets WAL, `+"`synchronous=FULL`"+` and a 5 s busy timeout unless the DSN sets them, so a reader waits while a `+"`dedup_ledger`"+` of the same file commits.`).
 		Fields(
-			service.NewStringAnnotatedEnumField(fieldDriver, sqlledger.DriverDocs()).
-				Description("The database.").
-				Default(string(sqlledger.SQLite)),
-			service.NewStringField(fieldDSN).
+			sqlconf.DriverField(),
+			service.NewStringField(sqlconf.FieldDSN).
 				Description("The SQLite file path, or a PostgreSQL URL.").
 				Example("./data/consumer.db").Example("postgres://user:pass@127.0.0.1:5432/app"),
-			service.NewStringListField(fieldInit).
+			service.NewStringListField(sqlconf.FieldInit).
 				Description("Statements run once at start, e.g. `CREATE TABLE IF NOT EXISTS`.").
 				Default([]any{}),
-			service.NewStringField(fieldQuery).
+			service.NewStringField(sqlconf.FieldQuery).
 				Description("The statement; `?` placeholders for SQLite, `$1`… for PostgreSQL.").
 				Example("SELECT run_id, COUNT(*) AS applied FROM readings GROUP BY run_id"),
-			service.NewBloblangField(fieldArgs).
+			service.NewBloblangField(sqlconf.FieldArgs).
 				Description("A mapping returning the array of arguments for the placeholders.").
 				Optional().
 				Example(`root = [ this.run_id ]`),
@@ -94,13 +84,13 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 	p := &processor{}
 	var driver, dsn string
 	var inits []string
-	err := conffield.Read(conf, conffield.String(&driver, fieldDriver), conffield.String(&dsn, fieldDSN),
-		conffield.String(&p.query, fieldQuery), conffield.StringList(&inits, fieldInit))
+	err := conffield.Read(conf, conffield.String(&driver, sqlconf.FieldDriver), conffield.String(&dsn, sqlconf.FieldDSN),
+		conffield.String(&p.query, sqlconf.FieldQuery), conffield.StringList(&inits, sqlconf.FieldInit))
 	if err != nil {
 		return nil, err
 	}
-	if conf.Contains(fieldArgs) {
-		if p.args, err = conf.FieldBloblang(fieldArgs); err != nil {
+	if conf.Contains(sqlconf.FieldArgs) {
+		if p.args, err = conf.FieldBloblang(sqlconf.FieldArgs); err != nil {
 			return nil, err
 		}
 	}
