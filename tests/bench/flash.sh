@@ -57,7 +57,7 @@ END {
 	printf "\ndevice bytes per reading at %d readings/s, %d readings (same run):\n", rate, n
 	for (i = 1; i <= k; i++) {
 		name = order[i]
-		if (ref > 0) printf "  %-18s %9.0f  %5.2fx reference\n", name, v[name], v[name] / ref
-		else printf "  %-18s %9.0f\n", name, v[name]
+		if (ref > 0) printf "  %-24s %9.0f  %5.2fx reference\n", name, v[name], v[name] / ref
+		else printf "  %-24s %9.0f\n", name, v[name]
 	}
 }' "$out"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -38,6 +39,8 @@ import (
 //	                 config/bridge.yaml in one process (outbox + edge
 //	                 embedded:// broker + bridge), the cloud broker and the
 //	                 consumer's ACKs off the device
+//	bbolt_*          bare bbolt, an append and a removal per commit, one
+//	                 option changed at a time (flashBolt)
 func BenchmarkFlash(b *testing.B) {
 	dir, dev := os.Getenv("FLASH_DIR"), os.Getenv("FLASH_DEV")
 	if dir == "" || dev == "" {
@@ -59,6 +62,23 @@ func BenchmarkFlash(b *testing.B) {
 		{"ledger", flashLedger},
 		{"store", flashStore},
 		{"chain", flashChain},
+		// bbolt alone, one append and the previous record's removal per
+		// commit, with its options one at a time (what internal/boltfile
+		// chose: no freelist sync, the default array freelist, 4 KiB pages).
+		{"bbolt_freelist_sync", func(b *testing.B, dir string, n int) { flashBolt(b, dir, n, bolt.Options{}) }},
+		{"bbolt_no_freelist_sync", func(b *testing.B, dir string, n int) { flashBolt(b, dir, n, bolt.Options{NoFreelistSync: true}) }},
+		{"bbolt_hashmap_freelist", func(b *testing.B, dir string, n int) {
+			flashBolt(b, dir, n, bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+		}},
+		{"bbolt_page_1k", func(b *testing.B, dir string, n int) {
+			flashBolt(b, dir, n, bolt.Options{NoFreelistSync: true, PageSize: 1024})
+		}},
+		{"bbolt_page_16k", func(b *testing.B, dir string, n int) {
+			flashBolt(b, dir, n, bolt.Options{NoFreelistSync: true, PageSize: 16384})
+		}},
+		{"bbolt_mmap_1g", func(b *testing.B, dir string, n int) {
+			flashBolt(b, dir, n, bolt.Options{NoFreelistSync: true, InitialMmapSize: 1 << 30})
+		}},
 	} {
 		if only != "" && !strings.Contains(","+only+",", ","+w.name+",") {
 			continue
@@ -407,6 +427,38 @@ func flashChain(b *testing.B, dir string, n int) {
 	}
 	if got := distinct(); got != n {
 		b.Fatalf("the consumer got %d distinct readings, not %d", got, n)
+	}
+}
+
+// flashBolt commits, one every flashInterval, a 130-byte record and the
+// removal of the one before it (what the outbox commits per reading when
+// each confirmation rides with the next append), on a bare bbolt file
+// opened with o.
+func flashBolt(b *testing.B, dir string, n int, o bolt.Options) {
+	db, err := bolt.Open(filepath.Join(dir, "bare.db"), 0o600, &o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	bucket, val := []byte("records"), bytes.Repeat([]byte("r"), 130)
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err }); err != nil {
+		b.Fatal(err)
+	}
+	key := func(i int) []byte { return []byte(fmt.Sprintf("%016d", i)) }
+	err = paced(n, func(i int) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			rb := tx.Bucket(bucket)
+			rb.FillPercent = 1
+			if i > 0 {
+				if err := rb.Delete(key(i - 1)); err != nil {
+					return err
+				}
+			}
+			return rb.Put(key(i), val)
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
