@@ -289,22 +289,12 @@ func damagedGauge(url string) int {
 
 // drainConfig sends an existing outbox and writes nothing new.
 func drainConfig(url, path, httpAddr, verify string) string {
-	return fmt.Sprintf(`
-http: { address: %q }
-metrics: { json_api: {} }
-logger: { level: INFO }
-input:
-  generate:
-    interval: 1h
-    mapping: 'root = deleted()'
-output:
-  reliable_mqtt_out:
-    urls: [ %q ]
-    topic: damage/unused
-    outbox: { path: %q, verify_on_start: %s }
-    stats_interval: 200ms
-    publish_timeout: 2s
-`, httpAddr, url, path, verify)
+	return harness.Drain{
+		URL: url, Topic: "damage/unused", Outbox: path,
+		Service:      fmt.Sprintf("http: { address: %q }\nmetrics: { json_api: {} }", httpAddr),
+		OutboxFields: ", verify_on_start: " + verify,
+		OutputFields: "    publish_timeout: 2s\n",
+	}.YAML()
 }
 
 func TestDamagedLedgerForgetsNoKeyWithoutAnError(t *testing.T) {

@@ -54,21 +54,11 @@ output:
 
 // drainConfig sends an existing outbox and writes nothing new.
 func drainConfig(url, path string) string {
-	return fmt.Sprintf(`
-http: { enabled: false }
-logger: { level: INFO }
-input:
-  generate:
-    interval: 1h
-    mapping: 'root = deleted()'
-output:
-  reliable_mqtt_out:
-    urls: [ %q ]
-    protocol_version: "5"
-    topic: %s
-    outbox: { path: %q }
-    stats_interval: 200ms
-`, url, topic, path)
+	return harness.Drain{
+		URL: url, Topic: topic, Outbox: path,
+		Service:      "http: { enabled: false }",
+		OutputFields: "    protocol_version: \"5\"\n",
+	}.YAML()
 }
 
 // write runs bin on writeConfig until it exits.
