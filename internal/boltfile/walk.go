@@ -2,12 +2,8 @@ package boltfile
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
-	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // walkPages follows a bbolt tree from its root page by reading the file
@@ -140,27 +136,3 @@ func (w *pageWalker) elements(buf []byte, id uint64, depth int) error {
 	return nil
 }
 
-// CheckTree walks the tree of the bbolt file at path, read-only, and
-// refuses what bbolt's own traversal cannot survive (see pageWalker). For
-// a file kept without a synced freelist that bbolt opens read-write
-// elsewhere: bbolt rebuilds the freelist by walking the tree on a
-// goroutine of its own, where a damaged page crashes the process. A
-// missing file passes; a file locked by another process for longer than
-// timeout fails with ErrLocked.
-func CheckTree(path string, timeout time.Duration) error {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	var db *bolt.DB
-	err := guard(path, func() error {
-		var err error
-		if db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: true}); err != nil {
-			return openError(path, err)
-		}
-		return db.View(func(tx *bolt.Tx) error { return walkTree(tx, path) })
-	})
-	if db != nil {
-		_ = db.Close()
-	}
-	return err
-}

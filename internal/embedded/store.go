@@ -18,7 +18,6 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/reliable-mqtt/reliable-mqtt/internal/boltfile"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
@@ -122,17 +121,12 @@ func (h *storeHook) Init(config any) error {
 	if !ok || path == "" {
 		return mqtt.ErrInvalidConfigType
 	}
-	// No freelist is written at each commit (one page less per fsync:
-	// flash wear, docs/operations.md); bbolt rebuilds it at open by
-	// walking the tree, which is walked safely first.
-	err := boltfile.CheckTree(path, openTimeout)
-	if errors.Is(err, boltfile.ErrLocked) {
-		err = berrors.ErrTimeout
-	}
-	var db *bbolt.DB
-	if err == nil {
-		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout, NoFreelistSync: true})
-	}
+	// Its freelist is synced at every commit (one page more per fsync than
+	// the outbox's files): without it bbolt rebuilds the freelist at open
+	// by walking the tree on a goroutine of its own, where a damaged page
+	// crashes the process, and boltfile's safe walk is part of the output's
+	// engine, which an input must not link (tests/imports).
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return fmt.Errorf("open broker store %s: file is locked, another process is running a broker on this dir; "+
