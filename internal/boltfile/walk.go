@@ -135,4 +135,3 @@ func (w *pageWalker) elements(buf []byte, id uint64, depth int) error {
 	}
 	return nil
 }
-
