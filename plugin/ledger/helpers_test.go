@@ -21,7 +21,11 @@ func newTestProcessor(t *testing.T, yaml string) *processor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newProcessor(conf, service.MockResources())
+	s, err := parseSettings(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProcessor(s, service.MockResources())
 	if err != nil {
 		t.Fatal(err)
 	}

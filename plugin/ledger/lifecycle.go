@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,14 +29,8 @@ type processor struct {
 // errNoCommitPath explains what commit: auto needs.
 var errNoCommitPath = dedup.ErrNoCommitPath
 
-func newProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*processor, error) {
-	s, err := parseSettings(conf)
-	if err != nil {
-		return nil, err
-	}
-	if s.sql != nil {
-		return nil, errors.New("dedup_ledger: internal error: the bbolt processor was given an sql config")
-	}
+// newProcessor opens the bbolt ledger of s (s.sql is nil).
+func newProcessor(s settings, mgr *service.Resources) (*processor, error) {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the directory of dedup ledger %s: %w", s.path, err)
 	}

@@ -184,10 +184,14 @@ output:
 func init() {
 	err := service.RegisterBatchProcessor("dedup_ledger", processorSpec(),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchProcessor, error) {
-			if conf.Contains(fieldSQL) {
-				return newSQLProcessor(conf, mgr)
+			s, err := parseSettings(conf)
+			if err != nil {
+				return nil, err
 			}
-			return newProcessor(conf, mgr)
+			if s.sql != nil {
+				return newSQLProcessor(s, mgr)
+			}
+			return newProcessor(s, mgr)
 		})
 	if err != nil {
 		panic(err)

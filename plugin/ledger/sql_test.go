@@ -54,7 +54,11 @@ func buildSQLProcessor(yaml string) (*sqlProcessor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSQLProcessor(conf, service.MockResources())
+	s, err := parseSettings(conf)
+	if err != nil {
+		return nil, err
+	}
+	return newSQLProcessor(s, service.MockResources())
 }
 
 // openSQLite opens the test's database file independently of the

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -31,14 +30,8 @@ type sqlProcessor struct {
 // errNoHooksSQL explains what the mode without apply needs.
 var errNoHooksSQL = dedup.ErrNoHooksSQL
 
-func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlProcessor, error) {
-	s, err := parseSettings(conf)
-	if err != nil {
-		return nil, err
-	}
-	if s.sql == nil {
-		return nil, errors.New("dedup_ledger: internal error: the SQL processor was given no sql config")
-	}
+// newSQLProcessor opens the SQL ledger of s (s.sql is set).
+func newSQLProcessor(s settings, mgr *service.Resources) (*sqlProcessor, error) {
 	if err := sqlledger.MkdirFor(s.sql.pool.Config); err != nil {
 		return nil, fmt.Errorf("dedup_ledger: %w", err)
 	}
@@ -65,6 +58,7 @@ func newSQLProcessor(conf *service.ParsedConfig, mgr *service.Resources) (*sqlPr
 		}
 	}
 	pc.OnAvailable(false) // until the pool is open
+	var err error
 	p.sh, err = sqlledger.OpenPool(context.Background(), pc)
 	if err != nil {
 		return nil, err
