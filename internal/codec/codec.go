@@ -64,23 +64,15 @@ func (d Decoding) Decode(topic string, payload []byte, props *mqttmsg.Properties
 	}
 	switch d.Mode {
 	case Ingress:
-		decode := envelope.DecodeIngress
-		if d.TraceContext {
-			decode = envelope.DecodeTracedIngress
-		}
-		ing, err := decode(payload)
+		ing, err := traced(envelope.DecodeIngress, envelope.DecodeTracedIngress, d.TraceContext)(payload)
 		if err != nil {
-			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 ingress envelope: %w", topic, hint(err))}
+			return invalidEnvelope(topic, "ingress", payload, err)
 		}
 		return &Decoded{Body: ing.Payload, EventID: ing.EventID, DestTopic: ing.Topic, Trace: ing.Trace}
 	case Delivery:
-		decode := envelope.DecodeDelivery
-		if d.TraceContext {
-			decode = envelope.DecodeTracedDelivery
-		}
-		del, err := decode(payload)
+		del, err := traced(envelope.DecodeDelivery, envelope.DecodeTracedDelivery, d.TraceContext)(payload)
 		if err != nil {
-			return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 delivery envelope: %w", topic, hint(err))}
+			return invalidEnvelope(topic, "delivery", payload, err)
 		}
 		return &Decoded{Body: del.Payload, EventID: del.EventID, Trace: del.Trace}
 	case Properties:
@@ -92,6 +84,21 @@ func (d Decoding) Decode(topic string, payload []byte, props *mqttmsg.Properties
 	default:
 		return &Decoded{Body: payload}
 	}
+}
+
+// traced picks an envelope's decoder: the one that accepts a trace context
+// when on, else the strict reliomq v1 one.
+func traced[T any](strict, withTrace func([]byte) (T, error), on bool) func([]byte) (T, error) {
+	if on {
+		return withTrace
+	}
+	return strict
+}
+
+// invalidEnvelope is the result of a payload that is not a valid envelope
+// of kind.
+func invalidEnvelope(topic, kind string, payload []byte, err error) *Decoded {
+	return &Decoded{Body: payload, Err: fmt.Errorf("message on topic %q is not a valid reliomq v1 %s envelope: %w", topic, kind, hint(err))}
 }
 
 // decodeFrame decodes a frame. In ingress mode every event must name its
