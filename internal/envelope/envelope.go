@@ -137,29 +137,15 @@ func DecodeIngress(b []byte) (Ingress, error) { return decodeIngress(b, false) }
 // decodeIngress decodes an ingress envelope; traced accepts a trace context
 // (DecodeTracedIngress).
 func decodeIngress(b []byte, traced bool) (Ingress, error) {
-	keys := []string{"event_id", "payload", "topic", "version"}
-	if traced {
-		keys = []string{"event_id", "payload", "topic", "?traceparent", "?tracestate", "version"}
-	}
-	fields, err := decodeMessage(b, "ingress envelope", keys...)
+	ev, err := decodeEvent(b, "ingress envelope", traced, "topic")
 	if err != nil {
 		return Ingress{}, err
 	}
-	id, err := eventIDField(fields[0])
+	topic, err := topicField(ev.rest[0])
 	if err != nil {
 		return Ingress{}, err
 	}
-	topic, err := topicField(fields[2])
-	if err != nil {
-		return Ingress{}, err
-	}
-	ing := Ingress{EventID: id, Topic: topic, Payload: appendValue(nil, fields[1])}
-	if traced {
-		if ing.Trace, err = traceFields(fields[3], fields[4]); err != nil {
-			return Ingress{}, err
-		}
-	}
-	return ing, nil
+	return Ingress{EventID: ev.id, Topic: topic, Payload: ev.payload, Trace: ev.trace}, nil
 }
 
 // DecodeDelivery strictly decodes a delivery envelope: exactly reliomq v1's
@@ -169,25 +155,43 @@ func DecodeDelivery(b []byte) (Delivery, error) { return decodeDelivery(b, false
 // decodeDelivery decodes a delivery envelope; traced accepts a trace
 // context (DecodeTracedDelivery).
 func decodeDelivery(b []byte, traced bool) (Delivery, error) {
-	keys := []string{"event_id", "payload", "version"}
-	if traced {
-		keys = []string{"event_id", "payload", "?traceparent", "?tracestate", "version"}
-	}
-	fields, err := decodeMessage(b, "delivery envelope", keys...)
+	ev, err := decodeEvent(b, "delivery envelope", traced)
 	if err != nil {
 		return Delivery{}, err
 	}
-	id, err := eventIDField(fields[0])
-	if err != nil {
-		return Delivery{}, err
-	}
-	del := Delivery{EventID: id, Payload: appendValue(nil, fields[1])}
+	return Delivery{EventID: ev.id, Payload: ev.payload, Trace: ev.trace}, nil
+}
+
+// event is what every event envelope holds, and the fields of its kind.
+type event struct {
+	id      string
+	payload []byte
+	rest    []*value // the kind's own keys, in order
+	trace   TraceContext
+}
+
+// decodeEvent decodes an event envelope of what: event_id, payload, the
+// kind's own keys (which sort between payload and traceparent), with
+// traced the optional trace context, and version.
+func decodeEvent(b []byte, what string, traced bool, own ...string) (event, error) {
+	keys := append([]string{"event_id", "payload"}, own...)
 	if traced {
-		if del.Trace, err = traceFields(fields[2], fields[3]); err != nil {
-			return Delivery{}, err
+		keys = append(keys, "?traceparent", "?tracestate")
+	}
+	fields, err := decodeMessage(b, what, append(keys, "version")...)
+	if err != nil {
+		return event{}, err
+	}
+	ev := event{payload: appendValue(nil, fields[1]), rest: fields[2 : 2+len(own)]}
+	if ev.id, err = eventIDField(fields[0]); err != nil {
+		return event{}, err
+	}
+	if traced {
+		if ev.trace, err = traceFields(fields[2+len(own)], fields[3+len(own)]); err != nil {
+			return event{}, err
 		}
 	}
-	return del, nil
+	return ev, nil
 }
 
 // DecodeAck strictly decodes an ACK and returns its event ID. An ACK that
