@@ -192,27 +192,36 @@ func leafPages(t *testing.T, path string, pageSize int64) []int64 {
 	return ids
 }
 
-func TestVerifyRefusesAFileWithALeafCountChanged(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "leaf.db")
-	makeOurs(t, path)
+// raiseLeafCount raises the element count of a data leaf in the middle of
+// the file: bbolt would read elements that are not there.
+func raiseLeafCount(t *testing.T, path string) {
+	t.Helper()
 	leaves := leafPages(t, path, 4096)
 	if len(leaves) < 3 {
 		t.Fatalf("only %d leaf pages", len(leaves))
 	}
-	// Raise a data leaf's element count: bbolt would read elements that
-	// are not there.
-	f0, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	off := leaves[len(leaves)/2]*4096 + 10
 	var c [2]byte
-	_, _ = f0.ReadAt(c[:], off)
+	if _, err := f.ReadAt(c[:], off); err != nil {
+		t.Fatal(err)
+	}
 	binary.NativeEndian.PutUint16(c[:], binary.NativeEndian.Uint16(c[:])+40)
-	_, _ = f0.WriteAt(c[:], off)
-	_ = f0.Close()
+	if _, err := f.WriteAt(c[:], off); err != nil {
+		t.Fatal(err)
+	}
+}
 
-	_, err = AcquireWith(path, Options{Verify: VerifyNever})
+func TestVerifyRefusesAFileWithALeafCountChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leaf.db")
+	makeOurs(t, path)
+	raiseLeafCount(t, path)
+
+	_, err := AcquireWith(path, Options{Verify: VerifyNever})
 	if err != nil {
 		t.Fatalf("without verification the damage is not visible at open after a clean close: %v", err)
 	}

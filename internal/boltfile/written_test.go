@@ -1,7 +1,6 @@
 package boltfile
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -65,20 +64,7 @@ func TestOpenAfterACrashWalksTheTree(t *testing.T) {
 	if syncedFreelist(metasOf(t, path)) {
 		t.Fatal("a commit wrote the freelist; want it written only at a clean release")
 	}
-	leaves := leafPages(t, path, 4096)
-	if len(leaves) < 3 {
-		t.Fatalf("only %d leaf pages", len(leaves))
-	}
-	f0, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := leaves[len(leaves)/2]*4096 + 10
-	var c [2]byte
-	_, _ = f0.ReadAt(c[:], off)
-	binary.NativeEndian.PutUint16(c[:], binary.NativeEndian.Uint16(c[:])+40)
-	_, _ = f0.WriteAt(c[:], off)
-	_ = f0.Close()
+	raiseLeafCount(t, path)
 	_, err = AcquireWith(path, Options{Verify: VerifyNever})
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "points outside the page") {
 		t.Fatalf("err = %v, want a refusal from the walk at open", err)

@@ -264,15 +264,22 @@ output:
 func flashLedger(b *testing.B, dir string, n int) {
 	m := broker(b)
 	port := harness.FreePort(b)
-	p := harness.RunPipeline(b, fmt.Sprintf(flashLedgerConfig, port, m.URL(), dir), harness.ProcOptions{})
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	if !waitMetric(url, 30*time.Second) {
-		b.Fatalf("the ledger pipeline did not start:\n%s", p.Log())
+	flashSession(b, fmt.Sprintf(flashLedgerConfig, port, m.URL(), dir), port, m.URL(), "flash/ledger", "dedup_ledger_commits", n)
+}
+
+// flashSession runs a pipeline whose metrics are on port, publishes n
+// readings to topic at url once its session is subscribed, waits until
+// counter has moved by n, and stops it.
+func flashSession(b *testing.B, yaml string, port int, url, topic, counter string, n int) {
+	p := harness.RunPipeline(b, yaml, harness.ProcOptions{})
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	if !waitMetric(metricsURL, 30*time.Second) {
+		b.Fatalf("the pipeline did not start:\n%s", p.Log())
 	}
-	c0 := warmUp(b, m.URL(), "flash/ledger", url, "dedup_ledger_commits")
-	publishPaced(b, m.URL(), "flash/ledger", n, 1)
-	if !waitCounter(url, "dedup_ledger_commits", c0+n, 5*time.Minute, func() {}) {
-		b.Fatalf("%d keys not committed within 5 minutes:\n%s", n, p.Log())
+	c0 := warmUp(b, url, topic, metricsURL, counter)
+	publishPaced(b, url, topic, n, 1)
+	if !waitCounter(metricsURL, counter, c0+n, 5*time.Minute, func() {}) {
+		b.Fatalf("%s did not move by %d within 5 minutes:\n%s", counter, n, p.Log())
 	}
 	stopFlash(b, p)
 }
@@ -298,17 +305,7 @@ output:
 func flashStore(b *testing.B, dir string, n int) {
 	listen := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(b))
 	port := harness.FreePort(b)
-	p := harness.RunPipeline(b, fmt.Sprintf(flashStoreConfig, port, dir, listen), harness.ProcOptions{})
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	if !waitMetric(url, 30*time.Second) {
-		b.Fatalf("the store pipeline did not start:\n%s", p.Log())
-	}
-	c0 := warmUp(b, "tcp://"+listen, "flash/store", url, "reliable_mqtt_in_received")
-	publishPaced(b, "tcp://"+listen, "flash/store", n, 1)
-	if !waitCounter(url, "reliable_mqtt_in_received", c0+n, 5*time.Minute, func() {}) {
-		b.Fatalf("%d readings not received within 5 minutes:\n%s", n, p.Log())
-	}
-	stopFlash(b, p)
+	flashSession(b, fmt.Sprintf(flashStoreConfig, port, dir, listen), port, "tcp://"+listen, "flash/store", "reliable_mqtt_in_received", n)
 }
 
 // waitMetric waits until url serves metrics.
