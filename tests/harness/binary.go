@@ -32,10 +32,7 @@ var (
 // build fails every test that asks, with the compiler's output.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv(BinaryEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("harness: %s=%s: %v", BinaryEnv, p, err)
-		}
+	if p, ok := fromEnv(t, BinaryEnv); ok {
 		return p
 	}
 	buildOnce.Do(func() { builtBinary, buildErr = buildBinary() })
@@ -125,4 +122,18 @@ func removeStaleBuilds(base string) {
 			os.RemoveAll(filepath.Join(base, e.Name()))
 		}
 	}
+}
+
+// fromEnv returns the executable the variable env names, if set; a path
+// that does not exist fails the test.
+func fromEnv(t testing.TB, env string) (string, bool) {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		return "", false
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("harness: %s=%s: %v", env, p, err)
+	}
+	return p, true
 }

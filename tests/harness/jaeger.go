@@ -42,10 +42,7 @@ type Jaeger struct {
 // Jaeger's dependencies). Concurrent test binaries wait for one build.
 func JaegerBinary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv(JaegerBinEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("harness: %s=%s: %v", JaegerBinEnv, p, err)
-		}
+	if p, ok := fromEnv(t, JaegerBinEnv); ok {
 		return p
 	}
 	p, err := JaegerCachePath()

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -55,20 +54,7 @@ type Mosquitto struct {
 	conf    string
 	logPath string
 
-	// mu guards the current run so that a chaos goroutine may Kill or
-	// Start while the test reads Running, Pid or the log.
-	mu      sync.Mutex
-	proc    *child // the current run; nil before the first start
-	runs    int
-	runFrom int64 // log offset where the current run's lines start
-}
-
-// current returns the current run (nil before the first start) and where
-// its log lines start.
-func (m *Mosquitto) current() (*child, int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc, m.runFrom
+	restartable // its proc is nil before the first start
 }
 
 // StartMosquitto writes a config for o, starts mosquitto and waits until it

@@ -34,8 +34,13 @@ type Proc struct {
 	dir     string
 	logPath string
 
-	// mu guards the current run so that a chaos goroutine may Kill or
-	// Restart while the test reads Running, Pid or the log.
+	restartable
+}
+
+// restartable is the current run of a process a test kills and starts
+// again. mu guards it so that a chaos goroutine may kill or start it while
+// the test reads Running, Pid or the log.
+type restartable struct {
 	mu      sync.Mutex
 	proc    *child // the current run
 	runs    int
@@ -43,10 +48,10 @@ type Proc struct {
 }
 
 // current returns the current run and where its output starts.
-func (p *Proc) current() (*child, int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.proc, p.runFrom
+func (r *restartable) current() (*child, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc, r.runFrom
 }
 
 // procStopTimeout bounds the graceful stop in Restart and at cleanup.
