@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -47,6 +48,26 @@ type writer struct {
 
 	failMu sync.Mutex // not turn: a sender may hold turn while the loop fails
 	failed error
+
+	writes int64 // bbolt's page writes counted into storeWritten so far; the loop's own
+}
+
+// storeWritten is what every broker store of the process wrote to its file
+// and nobody has taken yet (TakeStoreWritten): page writes × page size.
+var storeWritten atomic.Int64
+
+// TakeStoreWritten returns the bytes the embedded brokers' stores wrote to
+// their files since the previous call (bbolt's page writes × page size),
+// so that whichever component reports it counts each byte once.
+func TakeStoreWritten() int64 { return storeWritten.Swap(0) }
+
+// countWritten adds the pages bbolt wrote since the last call to
+// storeWritten.
+func (w *writer) countWritten() {
+	st := w.db.Stats()
+	n := st.TxStats.GetWrite()
+	storeWritten.Add((n - w.writes) * int64(w.db.Info().PageSize))
+	w.writes = n
 }
 
 // write is one enqueue (done nil) or sync.
@@ -186,6 +207,7 @@ func (w *writer) commit(group []write) error {
 	if n == 0 {
 		return nil // only syncs: everything before them is committed
 	}
+	defer w.countWritten()
 	return w.db.Update(func(tx *bbolt.Tx) error {
 		for _, r := range group {
 			for _, c := range r.changes {

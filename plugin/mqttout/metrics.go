@@ -8,6 +8,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/embedded"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
 
@@ -25,6 +26,7 @@ type metrics struct {
 	reasonCodes  *service.MetricCounter
 	window       *service.MetricGauge   // records a session may keep unconfirmed now
 	written      *service.MetricCounter // bytes bbolt wrote to the outbox file (flash wear)
+	storeWritten *service.MetricCounter // bytes the embedded brokers' stores wrote (flash wear)
 
 	// Totals for the periodic log line.
 	nPublished, nConfirmed atomic.Int64
@@ -45,6 +47,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		reasonCodes:  m.NewCounter("reliable_mqtt_out_puback_reason_codes", "code"),
 		window:       m.NewGauge("reliable_mqtt_out_window"),
 		written:      m.NewCounter("reliable_mqtt_out_outbox_written_bytes"),
+		storeWritten: m.NewCounter("reliable_mqtt_embedded_store_written_bytes"),
 	}
 }
 
@@ -77,6 +80,11 @@ func (m *metrics) watchOutbox(ctx context.Context, ob *outbox.Outbox, log *servi
 		if w := ob.WrittenBytes(); w > lastWritten {
 			m.written.Incr(w - lastWritten)
 			lastWritten = w
+		}
+		// The process's embedded brokers: reported by whichever outbox
+		// watcher takes them first, each byte once.
+		if n := embedded.TakeStoreWritten(); n > 0 {
+			m.storeWritten.Incr(n)
 		}
 		if report {
 			pub, conf := m.nPublished.Load(), m.nConfirmed.Load()
