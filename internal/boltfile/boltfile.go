@@ -528,5 +528,9 @@ func (f *File) UpdateInBatches(bucket []byte, n int, fn func(tx *bolt.Tx, k, v [
 func (f *File) WrittenBytes() int64 {
 	db := f.shared.db
 	st := db.Stats()
-	return st.TxStats.GetWrite() * int64(db.Info().PageSize)
+	// Info reads the memory map, which a commit may be replacing: only
+	// inside a transaction does it stay put. (A closed file reads as 0.)
+	var page int
+	_ = db.View(func(tx *bolt.Tx) error { page = tx.DB().Info().PageSize; return nil })
+	return st.TxStats.GetWrite() * int64(page)
 }
