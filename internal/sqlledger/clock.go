@@ -52,11 +52,11 @@ func (s *Store) startClock(ctx context.Context) error {
 		newestNs = newest.UnixNano()
 	}
 	start := time.Unix(0, ledgerclock.Start(s.cfg.Clock, newestNs))
-	if _, err := s.db.ExecContext(ctx, fmt.Sprintf(s.d.clockInitSQL, s.clockTable), s.d.timeArg(start)); err != nil {
+	if _, err := s.db.ExecContext(ctx, fmt.Sprintf(s.d.sql(commonClockInit), s.clockTable), s.d.timeArg(start)); err != nil {
 		return fmt.Errorf("start the ledger clock of %s: %w", s.cfg.Table, err)
 	}
 	if !newest.IsZero() {
-		if _, err := s.db.ExecContext(ctx, fmt.Sprintf(s.d.clockRestartSQL, s.clockTable), s.d.timeArg(newest)); err != nil {
+		if _, err := s.db.ExecContext(ctx, fmt.Sprintf(s.d.sql(commonClockRestart), s.clockTable), s.d.timeArg(newest)); err != nil {
 			return fmt.Errorf("restart the ledger clock of %s: %w", s.cfg.Table, err)
 		}
 	}
@@ -94,7 +94,7 @@ func (s *Store) AdvanceClock(ctx context.Context, maxStep time.Duration) (readin
 	mine := time.Unix(0, s.clock.NowWithin(maxStep))
 	var r, f int64
 	err = s.retry(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.d.clockAdvanceSQL, s.clockTable), s.d.timeArg(mine)); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.d.sql(commonClockAdvance), s.clockTable), s.d.timeArg(mine)); err != nil {
 			return err
 		}
 		var err error

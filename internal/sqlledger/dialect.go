@@ -44,15 +44,11 @@ type dialect struct {
 	name      string // as people write it, for messages
 	about     string // for the components' driver fields
 	sqlDriver string // database/sql driver name
-	createSQL string // %s = quoted table
-	insertSQL string // %[1]s = quoted table, %[2]s = quoted clock table
-	lookupSQL string
-	countSQL  string
-	expireSQL string
-	// The ledger clock's row (clock.go); %s = quoted clock table.
-	clockCreateSQL, clockInitSQL, clockAdvanceSQL, clockRestartSQL string
-	timeArg                                                        func(time.Time) any
-	retryable                                                      func(error) bool
+	// The words of the common statements (sql): column types and the
+	// greater of two values.
+	bytesType, timeType, greatest string
+	timeArg                       func(time.Time) any
+	retryable                     func(error) bool
 	// unavailable: the server went away or is not (yet) a read-write
 	// primary; the same work may succeed on a later connection.
 	unavailable func(error) bool
@@ -75,23 +71,22 @@ type dialect struct {
 	batchOne bool
 }
 
-// Column names are quoted everywhere because "key" is a keyword in both
-// dialects.
+// The statements every dialect runs, with {words} its sql method fills
+// in: {bytes} and {time} column types, {max} the greater of two values, {1}
+// {2} {3} the statement's arguments. Column names are quoted everywhere
+// because "key" is a keyword in both dialects.
 const (
 	// %[1]s = quoted index name, %[2]s = quoted table. Expire needs it.
 	commonIndex = `CREATE INDEX IF NOT EXISTS %[1]s ON %[2]s ("applied_at")`
 	// applied_at is the ledger clock's reading (clock.go): %[1]s = quoted
 	// table, %[2]s = quoted clock table.
-	commonInsert = `INSERT INTO %%[1]s ("namespace", "key", "hash", "applied_at") VALUES (%s, %s, %s, (SELECT "reading" FROM %%[2]s WHERE "id" = 1)) ON CONFLICT ("namespace", "key") DO NOTHING`
-	commonLookup = `SELECT "hash" FROM %s WHERE "namespace" = %s AND "key" = %s`
+	commonInsert = `INSERT INTO %[1]s ("namespace", "key", "hash", "applied_at") VALUES ({1}, {2}, {3}, (SELECT "reading" FROM %[2]s WHERE "id" = 1)) ON CONFLICT ("namespace", "key") DO NOTHING`
+	commonLookup = `SELECT "hash" FROM %s WHERE "namespace" = {1} AND "key" = {2}`
 	commonCount  = `SELECT COUNT(*) FROM %s`
 	// Oldest first, at most limit rows, so one call never holds locks on
 	// the whole table.
-	commonExpire = `DELETE FROM %[1]s WHERE ("namespace", "key") IN (SELECT "namespace", "key" FROM %[1]s WHERE "applied_at" < %[2]s ORDER BY "applied_at" LIMIT %[3]s)`
-
-	// The tables and the clock's statements, with {words} a dialect fills
-	// in (sqliteWords, postgresWords): {bytes} and {time} column types, {p} the clock's
-	// one argument, {max} the greater of two values.
+	commonExpire = `DELETE FROM %[1]s WHERE ("namespace", "key") IN (SELECT "namespace", "key" FROM %[1]s WHERE "applied_at" < {1} ORDER BY "applied_at" LIMIT {2})`
+	// %s = quoted table.
 	commonCreate = `CREATE TABLE IF NOT EXISTS %s (
 	"namespace"  TEXT    NOT NULL,
 	"key"        TEXT    NOT NULL,
@@ -99,21 +94,22 @@ const (
 	"applied_at" {time} NOT NULL,
 	PRIMARY KEY ("namespace", "key")
 )`
+	// The ledger clock's row (clock.go); %s = quoted clock table.
 	commonClockCreate = `CREATE TABLE IF NOT EXISTS %s (
 	"id"      INTEGER PRIMARY KEY CHECK ("id" = 1),
 	"reading" {time} NOT NULL,
 	"floor"   {time} NOT NULL
 )`
-	commonClockInit    = `INSERT INTO %s ("id", "reading", "floor") VALUES (1, {p}, {p}) ON CONFLICT ("id") DO NOTHING`
-	commonClockAdvance = `UPDATE %s SET "reading" = {max}("reading", {p}) WHERE "id" = 1`
-	commonClockRestart = `UPDATE %s SET "reading" = {p}, "floor" = {p} WHERE "id" = 1 AND "reading" < {p}`
+	commonClockInit    = `INSERT INTO %s ("id", "reading", "floor") VALUES (1, {1}, {1}) ON CONFLICT ("id") DO NOTHING`
+	commonClockAdvance = `UPDATE %s SET "reading" = {max}("reading", {1}) WHERE "id" = 1`
+	commonClockRestart = `UPDATE %s SET "reading" = {1}, "floor" = {1} WHERE "id" = 1 AND "reading" < {1}`
 )
 
-// sqliteWords and postgresWords fill the {words} of the common statements for one dialect.
-var (
-	sqliteWords   = strings.NewReplacer("{bytes}", "BLOB", "{time}", "INTEGER", "{p}", "?1", "{max}", "MAX")
-	postgresWords = strings.NewReplacer("{bytes}", "BYTEA", "{time}", "TIMESTAMPTZ", "{p}", "$1", "{max}", "GREATEST")
-)
+// sql is the common statement in d's words.
+func (d *dialect) sql(common string) string {
+	return strings.NewReplacer("{bytes}", d.bytesType, "{time}", d.timeType, "{max}", d.greatest,
+		"{1}", d.placeholder(1), "{2}", d.placeholder(2), "{3}", d.placeholder(3)).Replace(common)
+}
 
 var dialects = map[Driver]*dialect{
 	SQLite: {
@@ -123,22 +119,16 @@ var dialects = map[Driver]*dialect{
 		sqlDriver: "sqlite",
 		// applied_at is Unix microseconds: SQLite has no timestamp type and
 		// integers compare correctly, which Expire relies on.
-		createSQL:       sqliteWords.Replace(commonCreate),
-		insertSQL:       fmt.Sprintf(commonInsert, "?", "?", "?"),
-		lookupSQL:       fmt.Sprintf(commonLookup, "%s", "?", "?"),
-		countSQL:        commonCount,
-		expireSQL:       strings.NewReplacer("%[2]s", "?", "%[3]s", "?").Replace(commonExpire),
-		timeArg:         func(t time.Time) any { return t.UnixMicro() },
-		clockCreateSQL:  sqliteWords.Replace(commonClockCreate),
-		clockInitSQL:    sqliteWords.Replace(commonClockInit),
-		clockAdvanceSQL: sqliteWords.Replace(commonClockAdvance),
-		clockRestartSQL: sqliteWords.Replace(commonClockRestart),
-		retryable:       sqliteRetryable,
-		unavailable:     func(error) bool { return false }, // a local file
-		open:            func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
-		prepareDSN:      sqliteDSN,
-		localFile:       sqliteFile,
-		placeholder:     func(int) string { return "?" },
+		bytesType: "BLOB", timeType: "INTEGER", greatest: "MAX",
+		timeArg:     func(t time.Time) any { return t.UnixMicro() },
+		retryable:   sqliteRetryable,
+		unavailable: func(error) bool { return false }, // a local file
+		open:        func(dsn string, _ Config) (*sql.DB, error) { return sql.Open("sqlite", dsn) },
+		prepareDSN:  sqliteDSN,
+		localFile:   sqliteFile,
+		// Numbered, so that the clock's statements can name their one
+		// argument more than once.
+		placeholder: func(n int) string { return "?" + strconv.Itoa(n) },
 		// One writer at a time anyway; a second connection would only
 		// wait for the file lock.
 		openConns:     1,
@@ -146,30 +136,22 @@ var dialects = map[Driver]*dialect{
 		tryBatch:      (*Store).tryBatch,
 	},
 	Postgres: {
-		driver:          Postgres,
-		name:            "PostgreSQL",
-		about:           "PostgreSQL, for a database several instances share.",
-		sqlDriver:       "pgx",
-		createSQL:       postgresWords.Replace(commonCreate),
-		insertSQL:       fmt.Sprintf(commonInsert, "$1", "$2", "$3"),
-		lookupSQL:       fmt.Sprintf(commonLookup, "%s", "$1", "$2"),
-		countSQL:        commonCount,
-		expireSQL:       strings.NewReplacer("%[2]s", "$1", "%[3]s", "$2").Replace(commonExpire),
-		timeArg:         func(t time.Time) any { return t.UTC() },
-		clockCreateSQL:  postgresWords.Replace(commonClockCreate),
-		clockInitSQL:    postgresWords.Replace(commonClockInit),
-		clockAdvanceSQL: postgresWords.Replace(commonClockAdvance),
-		clockRestartSQL: postgresWords.Replace(commonClockRestart),
-		retryable:       postgresRetryable,
-		unavailable:     postgresUnavailable,
-		open:            openPostgres,
-		prepareDSN:      func(dsn string, _ Config) (string, error) { return dsn, nil },
-		localFile:       func(string) (string, bool) { return "", false },
-		placeholder:     func(n int) string { return "$" + strconv.Itoa(n) },
-		openConns:       2,
-		appliedAtType:   "timestamptz",
-		tryBatch:        (*Store).pgTry,
-		batchOne:        true,
+		driver:    Postgres,
+		name:      "PostgreSQL",
+		about:     "PostgreSQL, for a database several instances share.",
+		sqlDriver: "pgx",
+		bytesType: "BYTEA", timeType: "TIMESTAMPTZ", greatest: "GREATEST",
+		timeArg:       func(t time.Time) any { return t.UTC() },
+		retryable:     postgresRetryable,
+		unavailable:   postgresUnavailable,
+		open:          openPostgres,
+		prepareDSN:    func(dsn string, _ Config) (string, error) { return dsn, nil },
+		localFile:     func(string) (string, bool) { return "", false },
+		placeholder:   func(n int) string { return "$" + strconv.Itoa(n) },
+		openConns:     2,
+		appliedAtType: "timestamptz",
+		tryBatch:      (*Store).pgTry,
+		batchOne:      true,
 	},
 }
 

@@ -184,10 +184,10 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
 
 	s := &Store{db: db, d: d, cfg: c, table: quoteIdent(c.Table), clockTable: quoteIdent(c.Table + "_clock"), where: where}
-	s.insertSQL = fmt.Sprintf(d.insertSQL, s.table, s.clockTable)
-	s.lookupSQL = fmt.Sprintf(d.lookupSQL, s.table)
-	s.countSQL = fmt.Sprintf(d.countSQL, s.table)
-	s.expireSQL = fmt.Sprintf(d.expireSQL, s.table)
+	s.insertSQL = fmt.Sprintf(d.sql(commonInsert), s.table, s.clockTable)
+	s.lookupSQL = fmt.Sprintf(d.sql(commonLookup), s.table)
+	s.countSQL = fmt.Sprintf(commonCount, s.table)
+	s.expireSQL = fmt.Sprintf(d.sql(commonExpire), s.table)
 	s.pgInsertSQL = fmt.Sprintf(pgInsertMany, s.table, s.clockTable)
 	s.pgInsertNewSQL = fmt.Sprintf(pgInsertNew, s.table, s.clockTable)
 	s.pgLookupSQL = fmt.Sprintf(pgLookupMany, s.table)
@@ -238,7 +238,7 @@ func (s *Store) createSchema(ctx context.Context) error {
 		return err
 	}
 	create := func(q string) error { return s.ExecSetup(ctx, q) }
-	if err := create(fmt.Sprintf(s.d.createSQL, s.table)); err != nil {
+	if err := create(fmt.Sprintf(s.d.sql(commonCreate), s.table)); err != nil {
 		return fmt.Errorf("create ledger table %s: %w", s.cfg.Table, err)
 	}
 	if err := s.checkColumns(ctx); err != nil {
@@ -247,7 +247,7 @@ func (s *Store) createSchema(ctx context.Context) error {
 	if err := create(fmt.Sprintf(commonIndex, quoteIdent(s.cfg.Table+"_applied_at"), s.table)); err != nil {
 		return fmt.Errorf("create index on %s(applied_at): %w", s.cfg.Table, err)
 	}
-	if err := create(fmt.Sprintf(s.d.clockCreateSQL, s.clockTable)); err != nil {
+	if err := create(fmt.Sprintf(s.d.sql(commonClockCreate), s.clockTable)); err != nil {
 		return fmt.Errorf("create the ledger clock's table %s_clock: %w", s.cfg.Table, err)
 	}
 	return s.startClock(ctx)
