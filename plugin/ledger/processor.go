@@ -30,6 +30,23 @@ const (
 	fieldVerify      = "verify_on_start"
 	fieldRollback    = "accept_rollback"
 
+	// The sql object's fields (sqlconfig.go); the ones sql_query shares
+	// are sqlconf's.
+	fieldSQLTable           = "table"
+	fieldSQLApply           = "apply"
+	fieldSQLMaxBatch        = "max_batch"
+	fieldSQLMaxOpen         = "max_open_conns"
+	fieldSQLMaxIdle         = "max_idle_conns"
+	fieldSQLConnMaxLifetime = "conn_max_lifetime"
+	fieldSQLConnectTimeout  = "connect_timeout"
+	fieldSQLStartupWait     = "startup_wait"
+	fieldSQLTxTimeout       = "transaction_timeout"
+	fieldSQLBusyTimeout     = "busy_timeout"
+	fieldSQLRetry           = "retry"
+	fieldSQLRetryInitial    = "initial_interval"
+	fieldSQLRetryMax        = "max_interval"
+	fieldSQLRetryCount      = "max_retries"
+
 	duplicateDrop   = "drop"
 	duplicateFlag   = "flag"
 	commitAuto      = "auto"

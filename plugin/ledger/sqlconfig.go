@@ -11,23 +11,7 @@ import (
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/sqlconf"
 )
 
-const (
-	fieldSQLTable           = "table"
-	fieldSQLApply           = "apply"
-	fieldSQLMaxBatch        = "max_batch"
-	fieldSQLMaxOpen         = "max_open_conns"
-	fieldSQLMaxIdle         = "max_idle_conns"
-	fieldSQLConnMaxLifetime = "conn_max_lifetime"
-	fieldSQLConnectTimeout  = "connect_timeout"
-	fieldSQLStartupWait     = "startup_wait"
-	fieldSQLTxTimeout       = "transaction_timeout"
-	fieldSQLBusyTimeout     = "busy_timeout"
-	fieldSQLRetry           = "retry"
-	fieldSQLRetryInitial    = "initial_interval"
-	fieldSQLRetryMax        = "max_interval"
-	fieldSQLRetryCount      = "max_retries"
-)
-
+// sqlField declares the sql object: the SQL store instead of a bbolt file.
 func sqlField() *service.ConfigField {
 	return service.NewObjectField(fieldSQL,
 		sqlconf.DriverField(),
