@@ -75,7 +75,7 @@ type Exporter struct {
 type collector struct {
 	kind   string // "counter", "gauge" or "timer"
 	labels []string
-	vec    any // *prometheus.CounterVec, *GaugeVec, *HistogramVec or *SummaryVec
+	vec    prometheus.Collector // *prometheus.CounterVec, *GaugeVec, *HistogramVec or *SummaryVec
 }
 
 // New checks c and starts the push loop when c.PushURL is set.
@@ -160,11 +160,29 @@ func promName(s string) string {
 	return s
 }
 
-// family returns the collector registered under name, creating it with mk
-// on first use. Benthos asks for the same name once per component; a name
-// asked for again with another kind or other labels cannot share the
-// family, and gets nil (its values are dropped, once warned).
-func (e *Exporter) family(kind, n string, labels []string, mk func(name string, labels []string) prometheus.Collector) any {
+// family returns, as a function of label values, the children of family n:
+// the collector mk makes on first use, each child as wrap makes it.
+// Benthos asks for the same name once per component; a name asked for
+// again with another kind or other labels cannot share the family, and is
+// refused (once warned): its children are nil, and what wrap makes of a nil
+// child swallows the values.
+func family[V interface {
+	prometheus.Collector
+	WithLabelValues(...string) C
+}, C, M any](e *Exporter, kind, n string, labels []string, mk func(name string, labels []string) V, wrap func(C) M) func(labelValues ...string) M {
+	vec, ok := e.register(kind, n, labels, func(n string, ls []string) prometheus.Collector { return mk(n, ls) }).(V)
+	return func(labelValues ...string) M {
+		var child C
+		if ok {
+			child = vec.WithLabelValues(labelValues...)
+		}
+		return wrap(child)
+	}
+}
+
+// register returns the collector registered under n, creating it with mk
+// on first use; nil when n is refused (see family).
+func (e *Exporter) register(kind, n string, labels []string, mk func(name string, labels []string) prometheus.Collector) prometheus.Collector {
 	ls := make([]string, len(labels))
 	for i, l := range labels {
 		ls[i] = promName(l)
@@ -238,29 +256,17 @@ type Timer interface {
 // Counter returns the counter family name with the label keys.
 func (e *Exporter) Counter(name string, labelKeys []string) func(labelValues ...string) Counter {
 	n, _ := e.exported("counter", name)
-	vec, _ := e.family("counter", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+	return family(e, "counter", n, labelKeys, func(n string, ls []string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: n, Help: e.help(name)}, ls)
-	}).(*prometheus.CounterVec)
-	return func(labelValues ...string) Counter {
-		if vec == nil {
-			return dud{}
-		}
-		return counter{vec.WithLabelValues(labelValues...)}
-	}
+	}, func(c prometheus.Counter) Counter { return counter{c} })
 }
 
 // Gauge returns the gauge family name with the label keys.
 func (e *Exporter) Gauge(name string, labelKeys []string) func(labelValues ...string) Gauge {
 	n, scale := e.exported("gauge", name)
-	vec, _ := e.family("gauge", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+	return family(e, "gauge", n, labelKeys, func(n string, ls []string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: n, Help: e.help(name)}, ls)
-	}).(*prometheus.GaugeVec)
-	return func(labelValues ...string) Gauge {
-		if vec == nil {
-			return dud{}
-		}
-		return gauge{g: vec.WithLabelValues(labelValues...), scale: scale}
-	}
+	}, func(g prometheus.Gauge) Gauge { return gauge{g: g, scale: scale} })
 }
 
 // Timer returns the timer family name with the label keys.
@@ -270,33 +276,24 @@ func (e *Exporter) Timer(name string, labelKeys []string) func(labelValues ...st
 		scale = 1e-9 // base units: seconds, whatever the name said
 	}
 	if e.cfg.Histogram {
-		vec, _ := e.family("timer", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+		return family(e, "timer", n, labelKeys, func(n string, ls []string) *prometheus.HistogramVec {
 			return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: n, Help: e.help(name) + " (seconds)", Buckets: e.cfg.Buckets}, ls)
-		}).(*prometheus.HistogramVec)
-		return func(labelValues ...string) Timer {
-			if vec == nil {
-				return dud{}
-			}
-			return timer{obs: vec.WithLabelValues(labelValues...), scale: 1e-9}
-		}
+		}, func(o prometheus.Observer) Timer { return timer{obs: o, scale: 1e-9} })
 	}
 	unit := " (nanoseconds)"
 	if e.cfg.PrometheusNames {
 		unit = " (seconds)"
 	}
-	vec, _ := e.family("timer", n, labelKeys, func(n string, ls []string) prometheus.Collector {
+	return family(e, "timer", n, labelKeys, func(n string, ls []string) *prometheus.SummaryVec {
 		return prometheus.NewSummaryVec(prometheus.SummaryOpts{
 			Name: n, Help: e.help(name) + unit,
 			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001},
 		}, ls)
-	}).(*prometheus.SummaryVec)
-	return func(labelValues ...string) Timer {
-		if vec == nil {
-			return dud{}
-		}
-		return timer{obs: vec.WithLabelValues(labelValues...), scale: scale}
-	}
+	}, func(o prometheus.Observer) Timer { return timer{obs: o, scale: scale} })
 }
+
+// The children handed out; a nil child (a refused family's) swallows the
+// values.
 
 type counter struct{ c prometheus.Counter }
 
@@ -304,7 +301,7 @@ type counter struct{ c prometheus.Counter }
 // one, and a bug elsewhere must not crash the process through its metrics.
 func (c counter) Incr(n int64) { c.IncrFloat64(float64(n)) }
 func (c counter) IncrFloat64(n float64) {
-	if n > 0 {
+	if n > 0 && c.c != nil {
 		c.c.Add(n)
 	}
 }
@@ -314,21 +311,20 @@ type gauge struct {
 	scale float64 // the Benthos unit to the exported one
 }
 
-func (g gauge) Set(v int64)          { g.g.Set(float64(v) * g.scale) }
-func (g gauge) SetFloat64(v float64) { g.g.Set(v * g.scale) }
+func (g gauge) Set(v int64) { g.SetFloat64(float64(v)) }
+func (g gauge) SetFloat64(v float64) {
+	if g.g != nil {
+		g.g.Set(v * g.scale)
+	}
+}
 
 type timer struct {
 	obs   prometheus.Observer
 	scale float64 // nanoseconds to the exported unit
 }
 
-func (t timer) Timing(ns int64) { t.obs.Observe(float64(ns) * t.scale) }
-
-// dud swallows the values of a metric that could not be registered.
-type dud struct{}
-
-func (dud) Incr(int64)          {}
-func (dud) IncrFloat64(float64) {}
-func (dud) Set(int64)           {}
-func (dud) SetFloat64(float64)  {}
-func (dud) Timing(int64)        {}
+func (t timer) Timing(ns int64) {
+	if t.obs != nil {
+		t.obs.Observe(float64(ns) * t.scale)
+	}
+}

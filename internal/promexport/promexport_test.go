@@ -25,6 +25,8 @@ func TestFamilies(t *testing.T) {
 	e.Counter("a.b-c", []string{"re.ason"})("x").Incr(1) // same family
 	e.Gauge("a.b-c", nil)("").Set(7)                     // conflict: dropped
 	e.Timer("9t", nil)().Timing(1000)
+	e.Counter("9t", nil)().Incr(1)    // conflict: dropped
+	e.Timer("a.b-c", nil)().Timing(1) // conflict: dropped
 	fams, err := e.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +49,8 @@ func TestFamilies(t *testing.T) {
 	if got["a_b_c"] != 3 || got["_9t"] != 1000 || len(got) != 2 {
 		t.Errorf("families %v, want a_b_c=3 and _9t=1000", got)
 	}
-	if len(w) != 1 {
-		t.Errorf("warnings %q, want one about the conflicting gauge", w)
+	if len(w) != 3 {
+		t.Errorf("warnings %q, want one each about the conflicting gauge, counter and timer", w)
 	}
 }
 
