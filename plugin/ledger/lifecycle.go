@@ -26,9 +26,6 @@ type processor struct {
 	l *ledger.Ledger
 }
 
-// errNoCommitPath explains what commit: auto needs.
-var errNoCommitPath = dedup.ErrNoCommitPath
-
 // newProcessor opens the bbolt ledger of s (s.sql is nil).
 func newProcessor(s settings, mgr *service.Resources) (*processor, error) {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/claims"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledger"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
@@ -195,7 +196,7 @@ func TestAutoWithoutCommitPathFailsWithHowToFix(t *testing.T) {
 	// The same message processed directly: flagged with the error.
 	p := newTestProcessor(t, "path: "+filepath.Join(t.TempDir(), "l.db"))
 	out, err := p.ProcessBatch(context.Background(), service.MessageBatch{streamtest.Message("p1", "event_id", "e1")})
-	if err != nil || len(out) != 1 || !errors.Is(out[0][0].GetError(), errNoCommitPath) {
+	if err != nil || len(out) != 1 || !errors.Is(out[0][0].GetError(), dedup.ErrNoCommitPath) {
 		t.Fatalf("got %v %v, want the message flagged with errNoCommitPath", out, err)
 	}
 	if p.l.InFlight() != 0 {

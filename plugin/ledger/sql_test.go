@@ -14,6 +14,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/commit"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/dedup"
 	"github.com/reliable-mqtt/reliable-mqtt/plugin/internal/streamtest"
 	"github.com/reliable-mqtt/reliable-mqtt/tests/harness"
 )
@@ -363,7 +364,7 @@ func TestSQLWithoutApplyRecordsOnAckAndReleasesOnFailure(t *testing.T) {
 
 	// A message without delivery hooks fails, saying how to fix it.
 	out, _ = p.ProcessBatch(ctx, service.MessageBatch{streamtest.Message("p", "event_id", "e3")})
-	if len(out) != 1 || !errors.Is(out[0][0].GetError(), errNoHooksSQL) {
+	if len(out) != 1 || !errors.Is(out[0][0].GetError(), dedup.ErrNoHooksSQL) {
 		t.Fatalf("want errNoHooksSQL, got %v", out)
 	}
 }

@@ -27,9 +27,6 @@ type sqlProcessor struct {
 	sh *sqlledger.Pool
 }
 
-// errNoHooksSQL explains what the mode without apply needs.
-var errNoHooksSQL = dedup.ErrNoHooksSQL
-
 // newSQLProcessor opens the SQL ledger of s (s.sql is set).
 func newSQLProcessor(s settings, mgr *service.Resources) (*sqlProcessor, error) {
 	if err := sqlledger.MkdirFor(s.sql.pool.Config); err != nil {
