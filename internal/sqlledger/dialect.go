@@ -10,6 +10,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -351,12 +353,20 @@ func Drivers() []Driver {
 // OpenDB opens the database c names the way the ledger does: the dialect's
 // DSN completion (for SQLite WAL, synchronous=FULL, a busy timeout and
 // immediate transactions, unless the DSN sets them) and its way of
-// connecting. It neither connects nor creates anything. where names the
-// database for messages, its password redacted.
-func OpenDB(c Config) (db *sql.DB, where string, err error) {
+// connecting. It does not connect. With create the directory of a database
+// that is a local file (an SQLite file) is created if missing, as the bbolt
+// ledger's is, so that a fresh data directory works out of the box; without
+// it nothing is created. where names the database for messages, its
+// password redacted.
+func OpenDB(c Config, create bool) (db *sql.DB, where string, err error) {
 	d, err := lookupDialect(c.Driver)
 	if err != nil {
 		return nil, "", err
+	}
+	if path, ok := d.localFile(c.DSN); ok && create {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, "", fmt.Errorf("creating the directory of %s database %s: %w", d.name, path, err)
+		}
 	}
 	c.setDefaults()
 	dsn, err := d.prepareDSN(c.DSN, c)

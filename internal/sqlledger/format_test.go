@@ -55,7 +55,7 @@ func TestLedgerTableNamesItsFormatAndANewerOneIsRefused(t *testing.T) {
 			}
 		}
 	}
-	db, _, err := OpenDB(Config{Driver: SQLite, DSN: dsn})
+	db, _, err := OpenDB(Config{Driver: SQLite, DSN: dsn}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -456,24 +454,6 @@ func (o Outcome) Verdict(hash []byte) claims.Verdict {
 		return claims.Conflict
 	}
 	return claims.Duplicate
-}
-
-// MkdirFor creates the directory of a database that is a local file (an
-// SQLite file), as the bbolt ledger does for its path, so a fresh data
-// directory works out of the box.
-func MkdirFor(c Config) error {
-	d, ok := dialects[c.Driver]
-	if !ok {
-		return nil // Check names the driver
-	}
-	path, ok := d.localFile(c.DSN)
-	if !ok {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating the directory of %s database %s: %w", d.name, path, err)
-	}
-	return nil
 }
 
 // Store returns the table the pool writes (for inspection; writes go

@@ -174,7 +174,7 @@ func connect(ctx context.Context, c Config, create bool) (*Store, error) {
 		return nil, fmt.Errorf("sqlledger: %w", err)
 	}
 	c.setDefaults()
-	db, where, err := OpenDB(c)
+	db, where, err := OpenDB(c, create)
 	if err != nil {
 		return nil, fmt.Errorf("sqlledger: %w; check sql.dsn", err)
 	}

@@ -30,10 +30,7 @@ type DB struct {
 // "sql_query: ".
 func Open(driver, dsn string, inits []string) (*DB, error) {
 	c := sqlledger.Config{Driver: sqlledger.Driver(driver), DSN: dsn}
-	if err := sqlledger.MkdirFor(c); err != nil {
-		return nil, fmt.Errorf("sql_query: %w", err)
-	}
-	db, where, err := sqlledger.OpenDB(c)
+	db, where, err := sqlledger.OpenDB(c, true)
 	if err != nil {
 		return nil, fmt.Errorf("sql_query: %w; check dsn", err)
 	}

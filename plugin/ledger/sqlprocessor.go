@@ -29,9 +29,6 @@ type sqlProcessor struct {
 
 // newSQLProcessor opens the SQL ledger of s (s.sql is set).
 func newSQLProcessor(s settings, mgr *service.Resources) (*sqlProcessor, error) {
-	if err := sqlledger.MkdirFor(s.sql.pool.Config); err != nil {
-		return nil, fmt.Errorf("dedup_ledger: %w", err)
-	}
 	p := &sqlProcessor{common: newCommon(s, mgr)}
 	// Benthos gives constructors no context and offers a processor no say
 	// in /ready: while no read-write server answers, the constructor waits
