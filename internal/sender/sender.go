@@ -130,7 +130,8 @@ func (sd *Sender) Run(ctx context.Context) {
 	go func() { sd.removal.run(ctx); close(removerDone) }()
 	defer func() { <-removerDone }()
 
-	failures := 0 // consecutive sessions without progress: the backoff's step
+	failures := 0    // consecutive sessions without progress: the backoff's step
+	stalled := false // the last session confirmed nothing
 	for {
 		sd.m.SetConnected(false)
 		conn, err := sd.client.WaitReady(ctx)
@@ -138,7 +139,8 @@ func (sd *Sender) Run(ctx context.Context) {
 			return
 		}
 		sd.m.SetConnected(true)
-		progress, err := sd.session(ctx, conn)
+		progress, err := sd.session(ctx, conn, stalled)
+		stalled = !progress
 		if ctx.Err() != nil {
 			return
 		}
@@ -162,11 +164,17 @@ func (sd *Sender) Run(ctx context.Context) {
 }
 
 // session sends on one connection until it fails or ctx ends. progress
-// reports whether anything was confirmed.
-func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn) (progress bool, err error) {
+// reports whether anything was confirmed. After a session that confirmed
+// nothing (stalled) the window starts at the floor even when packing: a
+// start too big for a slow link must not time out every session.
+func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn, stalled bool) (progress bool, err error) {
 	wait, what := sd.s.confirm().wait(sd.s), sd.s.confirm().what()
 	rm := pubackLimit(conn.Limits())
-	w := newWindow(newSizer(sd.s.Window, time.Now()), rm, wait)
+	start := initialWindow
+	if !stalled {
+		start = startWindow(sd.s.Pack.MaxEvents, rm)
+	}
+	w := newWindow(newSizer(sd.s.Window, start, time.Now()), rm, wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	shown, held := -1, false

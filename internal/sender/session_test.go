@@ -3,12 +3,14 @@ package sender
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/backoff"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
 )
@@ -112,5 +114,40 @@ func TestSessionReportsTheWindowAndLogsAServerLimitOnce(t *testing.T) {
 	}
 	if held != 1 {
 		t.Fatalf("%d lines about the Receive Maximum, want 1 per connection: %q", held, log.lines)
+	}
+}
+
+// silentConn is an instantConn whose server never PUBACKs.
+type silentConn struct{ instantConn }
+
+func (c *silentConn) PublishAsync(mqttmsg.Publication) Token {
+	return &testToken{done: make(chan struct{})}
+}
+
+// A packed session against a Receive Maximum of 20 starts with 20 full
+// frames; a session after one that confirmed nothing starts at the floor,
+// so a start too big for a slow link cannot time out every session.
+func TestAPackedSessionStartsAtTheFloorAfterOneThatConfirmedNothing(t *testing.T) {
+	ob := openOutbox(t, 0)
+	appendIngress(t, ob, 1, 200)
+	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
+	first := &silentConn{instantConn{receiveMax: 20, lost: make(chan struct{})}}
+	second := &silentConn{instantConn{receiveMax: 20, lost: make(chan struct{})}}
+	q := connQueue{conns: make(chan mqttclient.Conn, 2)}
+	q.conns <- first
+	cfg := Config{Window: DefaultWindow, PublishTimeout: time.Minute, Confirm: ByAck("acks", time.Minute, nil),
+		Retry: backoff.Backoff{Initial: time.Millisecond, Max: time.Millisecond}, Encoding: e2eEncoding,
+		Pack: Pack{MaxEvents: 64, MaxBytes: 1 << 16, Compression: frame.Zstd}}
+	sd := New(cfg, ob, q, NewAckQueue(), NewIgnoredACKs(m, &lockedLog{}), m, &lockedLog{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); _ = sd.Wait(context.Background()) }()
+	go sd.Run(ctx)
+	windows := func() []int { m.mu.Lock(); defer m.mu.Unlock(); return slices.Clone(m.windows) }
+	eventually(t, "the first session's window", func() bool { return len(windows()) == 1 })
+	q.conns <- second
+	close(first.lost)
+	eventually(t, "the second session's window", func() bool { return len(windows()) == 2 })
+	if w := windows(); w[0] != 20*64 || w[1] != initialWindow {
+		t.Fatalf("windows %v, want %d (20 frames of 64) and then the floor %d", w, 20*64, initialWindow)
 	}
 }

@@ -120,10 +120,16 @@ func (r simResult) maxLimit(from time.Duration) int {
 
 func simulate(t *testing.T, l simLink, window int, d time.Duration) simResult {
 	t.Helper()
+	return simulateFrom(t, l, window, initialWindow, d)
+}
+
+// simulateFrom is simulate with the window starting at startRecords.
+func simulateFrom(t *testing.T, l simLink, window, startRecords int, d time.Duration) simResult {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
-	sz := newSizer(window, now)
+	sz := newSizer(window, startRecords, now)
 	var (
 		res         simResult
 		queue       []simFlight // in flight, in order
@@ -442,5 +448,39 @@ func TestSizerGainTrialsFailOnAFixedLink(t *testing.T) {
 	}
 	if rtt := res.medianRTT(10*time.Second, 60*time.Second); rtt > 210*time.Millisecond {
 		t.Errorf("median latency %s, want about twice the base RTT", rtt)
+	}
+}
+
+// A packed session (frames of 64 against a Receive Maximum of 20) starts
+// with 1,280 records: on a 100 ms link that carries 20,000 records/s its
+// first round trip confirms them all, where a start at the floor would
+// confirm 64 and need four more round trips of doubling to get there.
+// The first round keeps the start although its samples are few.
+func TestAPackedSessionStartsWithAFullReceiveMaximumOfFrames(t *testing.T) {
+	start := startWindow(64, 20)
+	if start != 20*64 {
+		t.Fatalf("start %d, want 20 frames of 64", start)
+	}
+	res := simulateFrom(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(20000)}, DefaultWindow, start, 5*time.Second)
+	if got := res.throughput(0, 200*time.Millisecond); got < 1200/0.2 {
+		t.Errorf("%.0f records/s in the first 200 ms, want the start's 1,280 within them", got)
+	}
+	if m := res.minLimit(0, 5*time.Second); m < start {
+		t.Errorf("window fell to %d, want at least the start of %d on a link that carries more", m, start)
+	}
+	if s := startWindow(64, 4); s != 4*64 {
+		t.Errorf("start %d under a Receive Maximum of 4, want 4 frames of 64", s)
+	}
+	if s := startWindow(1, 20); s != initialWindow {
+		t.Errorf("unpacked start %d, want the floor %d", s, initialWindow)
+	}
+}
+
+// On loopback the same packed start falls to the floor once the second
+// round's samples show the link: the start costs one round trip of queue.
+func TestAPackedStartFallsToTheFloorOnLoopback(t *testing.T) {
+	res := simulateFrom(t, simLink{rtt: constRTT(200 * time.Microsecond), rate: constRate(20000), jitter: 50 * time.Microsecond}, DefaultWindow, startWindow(64, 20), 5*time.Second)
+	if m := res.maxLimit(time.Second); m != initialWindow {
+		t.Errorf("window at %d a second in, want the floor %d", m, initialWindow)
 	}
 }

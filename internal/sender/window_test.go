@@ -66,7 +66,7 @@ func refill(t *testing.T, w *window, ob *outbox.Outbox, skip func(uint64) bool, 
 // fixedWindow is a window of size records (a sizer whose floor is its
 // bound: size at most initialWindow) on a server without a Receive Maximum.
 func fixedWindow(size int) *window {
-	return newWindow(newSizer(size, time.Now()), pubackLimit(mqttclient.NoLimits), time.Minute)
+	return newWindow(newSizer(size, initialWindow, time.Now()), pubackLimit(mqttclient.NoLimits), time.Minute)
 }
 
 func confirm(t *testing.T, w *window, ids ...string) []uint64 {
