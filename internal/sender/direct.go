@@ -96,26 +96,35 @@ func (d *Direct) forget(id string, ch chan struct{}) {
 // Send publishes rec and returns once it is confirmed, or an error after
 // PublishTimeout (PUBACK) or the wait of an end-to-end ACK.
 func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
+	return d.send(ctx, publishName(rec.EventID, 1, rec.EventID), rec.EventID, publication(rec, d.s), 1)
+}
+
+// send publishes pub, which carries n events, and returns once the
+// confirmation naming id comes (its PUBACK, or an end-to-end ACK with id);
+// name is what errors call it.
+func (d *Direct) send(ctx context.Context, name, id string, pub mqttmsg.Publication, n int) error {
 	pubCtx, cancel := context.WithTimeout(ctx, d.s.PublishTimeout)
 	defer cancel()
 	conn, err := d.client.WaitReady(pubCtx)
 	if err != nil {
-		return fmt.Errorf("event %s: no broker connection within %s: %w", rec.EventID, d.s.PublishTimeout, err)
+		return fmt.Errorf("%s: no broker connection within %s: %w", name, d.s.PublishTimeout, err)
 	}
 	var acked chan struct{}
 	if !d.s.confirm().pubackConfirms() {
-		acked = d.expect(rec.EventID)
-		defer d.forget(rec.EventID, acked)
+		acked = d.expect(id)
+		defer d.forget(id, acked)
 	}
 	start := time.Now()
-	d.m.OnPublished()
-	if err := conn.Publish(pubCtx, publication(rec, d.s)); err != nil {
+	for range n {
+		d.m.OnPublished()
+	}
+	if err := conn.Publish(pubCtx, pub); err != nil {
 		d.m.OnRetried()
 		var rc *mqttclient.ReasonCodeError
 		if errors.As(err, &rc) {
-			return publishFailed(d.m, rec.EventID, rec.Topic, err)
+			return publishFailed(d.m, id, pub.Topic, err)
 		}
-		return fmt.Errorf("event %s: publish to %q not confirmed: %w", rec.EventID, rec.Topic, err)
+		return fmt.Errorf("%s: publish to %q not confirmed: %w", name, pub.Topic, err)
 	}
 	if acked != nil {
 		wait := d.s.confirm().wait(d.s)
@@ -125,29 +134,86 @@ func (d *Direct) Send(ctx context.Context, rec mqttmsg.Event) error {
 		case <-acked:
 		case <-ackCtx.Done():
 			d.m.OnRetried()
-			return fmt.Errorf("event %s: no %s within %s", rec.EventID, d.s.confirm().what(), wait)
+			return fmt.Errorf("%s: no %s within %s", name, d.s.confirm().what(), wait)
 		case <-conn.Lost():
 			d.m.OnRetried()
-			return fmt.Errorf("event %s: connection lost while waiting for its ACK", rec.EventID)
+			return fmt.Errorf("%s: connection lost while waiting for its ACK", name)
 		}
 	}
-	d.m.OnConfirmed(time.Since(start))
+	latency := time.Since(start)
+	for range n {
+		d.m.OnConfirmed(latency)
+	}
 	return nil
 }
 
 // SendAll sends the records whose errs entry is nil concurrently, each
-// waiting for its own confirmation, and stores each outcome in errs.
+// waiting for its own confirmation, and stores each outcome in errs. With
+// Pack, consecutive records travel as frames (see Config.nextPublish), one
+// PUBLISH and one confirmation for each, and every record of a frame gets
+// its frame's outcome: a caller that acknowledges its source only when
+// SendAll has succeeded for all of it (a bridge) acknowledges a frame it
+// received only after every event of it was confirmed downstream.
 func (d *Direct) SendAll(ctx context.Context, recs []mqttmsg.Event, errs []error) {
 	var wg sync.WaitGroup
-	for i, rec := range recs {
-		if errs[i] != nil {
-			continue
-		}
+	for _, g := range d.publishes(ctx, recs, errs) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = d.Send(ctx, rec)
+			err := d.send(ctx, g.name, g.id, g.pub, len(g.members))
+			for _, i := range g.members {
+				errs[i] = err
+			}
 		}()
 	}
 	wg.Wait()
+}
+
+// directPublish is one PUBLISH of SendAll: a record, or a frame of them.
+type directPublish struct {
+	name, id string
+	pub      mqttmsg.Publication
+	members  []int // the indexes of its records in SendAll's recs
+}
+
+// publishes are the PUBLISHes that carry the records of recs whose errs
+// entry is nil, in order. Packing needs the server's Maximum Packet Size,
+// so it waits (at most PublishTimeout) for a connection; without one, each
+// record goes alone and fails as Send does.
+func (d *Direct) publishes(ctx context.Context, recs []mqttmsg.Event, errs []error) []directPublish {
+	var todo []int
+	for i := range recs {
+		if errs[i] == nil {
+			todo = append(todo, i)
+		}
+	}
+	var maxPacket uint32
+	packing := d.s.Pack.on() && len(todo) > 1
+	if packing {
+		waitCtx, cancel := context.WithTimeout(ctx, d.s.PublishTimeout)
+		conn, err := d.client.WaitReady(waitCtx)
+		cancel()
+		if err == nil {
+			maxPacket = conn.Limits().MaximumPacketSize
+		} else {
+			packing = false
+		}
+	}
+	var out []directPublish
+	for len(todo) > 0 {
+		if !packing {
+			rec := recs[todo[0]]
+			out = append(out, directPublish{name: publishName(rec.EventID, 1, rec.EventID), id: rec.EventID, pub: publication(rec, d.s), members: todo[:1]})
+			todo = todo[1:]
+			continue
+		}
+		evs := make([]mqttmsg.Event, min(len(todo), d.s.Pack.MaxEvents))
+		for k := range evs {
+			evs[k] = recs[todo[k]]
+		}
+		n, id, pub := d.s.nextPublish(evs, maxPacket)
+		out = append(out, directPublish{name: publishName(id, n, evs[0].EventID), id: id, pub: pub, members: todo[:n:n]})
+		todo = todo[n:]
+	}
+	return out
 }

@@ -128,20 +128,20 @@ func TestUnreadTokensSkipFlightsConfirmedFirst(t *testing.T) {
 	}
 }
 
-func TestRecordPublicationCarriesStoredProperties(t *testing.T) {
+// A record published alone carries its stored properties.
+func TestALonePublishCarriesStoredProperties(t *testing.T) {
 	props := properties.Stamp(&mqttmsg.Properties{ContentType: "application/octet-stream"}, "ev-1", "dest/topic")
 	rec := outbox.Record{Event: mqttmsg.Event{EventID: "ev-1", Topic: "data", Props: props, Payload: []byte{0xff, 0, 1}}}
-	pub := recordPublication(rec, Config{RequireSubscribers: true})
+	_, _, pub := Config{RequireSubscribers: true}.nextPublish([]mqttmsg.Event{rec.Event}, 0)
 	if pub.Topic != "data" || pub.QoS != 1 || string(pub.Payload) != "\xff\x00\x01" || !pub.RequireSubscribers {
 		t.Fatalf("publication %+v", pub)
 	}
 	if v, _ := pub.Props.Get("event_id"); v != "ev-1" || pub.Props.ContentType != "application/octet-stream" {
 		t.Fatalf("properties %+v", pub.Props)
 	}
-	if plain := recordPublication(outbox.Record{Event: mqttmsg.Event{EventID: "e", Topic: "t", Payload: []byte("x")}}, Config{}); plain.Props != nil {
+	if _, _, plain := (Config{}).nextPublish([]mqttmsg.Event{{EventID: "e", Topic: "t", Payload: []byte("x")}}, 0); plain.Props != nil {
 		t.Fatalf("a record without properties: %+v", plain)
 	}
-
 }
 
 func TestPublishFailedCountsReasonCodes(t *testing.T) {

@@ -30,30 +30,42 @@ const packetOverhead = 16
 const frameOverhead = 8 * 5
 
 // packed is the next publish of the records at the front of a window's
-// pending ones: a frame of as many as fit, or the first alone (as it is,
-// never a frame of one). It never waits for more records: it packs what
-// is there. Records for another topic than the first's, or that cannot
-// ride in a frame, end the frame before them. maxPacket is the server's
-// Maximum Packet Size (0: none): a frame stays within it, or its records
-// would be refused together for ever.
+// pending ones (see Config.nextPublish); outbox records carry the
+// configured retain flag.
 func (sd *Sender) packed(recs []outbox.Record, maxPacket uint32) (n int, id string, pub mqttmsg.Publication) {
-	p := sd.s.Pack
+	evs := make([]mqttmsg.Event, min(len(recs), max(1, sd.s.Pack.MaxEvents)))
+	for i := range evs {
+		evs[i] = recs[i].Event
+		evs[i].Retained = sd.s.Retained
+	}
+	return sd.s.nextPublish(evs, maxPacket)
+}
+
+// nextPublish is the next publish of evs (at least one, in order): a frame
+// of as many as fit, or the first alone (as it is, never a frame of one).
+// It never waits for more events: it packs what is there. Events for
+// another topic than the first's, or that cannot ride in a frame, end the
+// frame before them. maxPacket is the server's Maximum Packet Size (0:
+// none): a frame stays within it, or its events would be refused together
+// for ever.
+func (c Config) nextPublish(evs []mqttmsg.Event, maxPacket uint32) (n int, id string, pub mqttmsg.Publication) {
+	p := c.Pack
 	budget := p.MaxBytes
 	if maxPacket > 0 {
-		budget = min(budget, int(maxPacket)-packetOverhead-len(recs[0].Topic))
+		budget = min(budget, int(maxPacket)-packetOverhead-len(evs[0].Topic))
 	}
 	alone := func() (int, string, mqttmsg.Publication) {
-		return 1, recs[0].EventID, recordPublication(recs[0], sd.s)
+		return 1, evs[0].EventID, publication(evs[0], c)
 	}
-	if !p.on() || len(recs) < 2 {
+	if !p.on() || len(evs) < 2 {
 		return alone()
 	}
-	events := make([]frame.Event, 0, min(len(recs), p.MaxEvents))
+	events := make([]frame.Event, 0, min(len(evs), p.MaxEvents))
 	var topic string
 	size := 0
-	for _, r := range recs[:min(len(recs), p.MaxEvents)] {
-		fe, t, err := sd.s.Encoding.FrameEvent(r.Event)
-		if err != nil || (len(events) > 0 && t != topic) {
+	for _, ev := range evs[:min(len(evs), p.MaxEvents)] {
+		fe, t, err := c.Encoding.FrameEvent(ev)
+		if err != nil || ev.Retained || (len(events) > 0 && t != topic) {
 			break
 		}
 		sz := eventSize(fe)
@@ -69,8 +81,8 @@ func (sd *Sender) packed(recs []outbox.Record, maxPacket uint32) (n int, id stri
 	if err != nil || maxPacket > 0 && len(b)+len(topic)+packetOverhead > int(maxPacket) {
 		return alone() // an event no frame can carry goes as it is
 	}
-	ev := mqttmsg.Event{EventID: fid, Topic: topic, Payload: b, Retained: sd.s.Retained}
-	return len(events), fid, publication(ev, sd.s)
+	ev := mqttmsg.Event{EventID: fid, Topic: topic, Payload: b}
+	return len(events), fid, publication(ev, c)
 }
 
 // eventSize is about what fe takes in a frame's body.

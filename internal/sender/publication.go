@@ -6,16 +6,7 @@ import (
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttclient"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/mqttmsg"
-	"github.com/reliable-mqtt/reliable-mqtt/internal/outbox"
 )
-
-// recordPublication is the publish of an outbox record: the outbox stores
-// no retain flag, so every record carries the configured one.
-func recordPublication(r outbox.Record, c Config) mqttmsg.Publication {
-	ev := r.Event
-	ev.Retained = c.Retained
-	return publication(ev, c)
-}
 
 // publication is the QoS 1 publish of ev. The transport refuses what the
 // server's CONNACK does not allow (Maximum QoS, Retain Available, Maximum

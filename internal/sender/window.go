@@ -39,10 +39,16 @@ type flight struct {
 
 // name is what errors call f: its event, or its frame and first event.
 func (f *flight) name() string {
-	if len(f.recs) == 1 {
-		return "event " + f.id
+	return publishName(f.id, len(f.recs), f.rec.EventID)
+}
+
+// publishName is what errors call a publish of n events named by id whose
+// first event is first: the event, or the frame and its first event.
+func publishName(id string, n int, first string) string {
+	if n == 1 {
+		return "event " + id
 	}
-	return fmt.Sprintf("frame %s (%d events from %s)", f.id, len(f.recs), f.rec.EventID)
+	return fmt.Sprintf("frame %s (%d events from %s)", id, n, first)
 }
 
 // source is where a window reads records, oldest first: the outbox.

@@ -25,7 +25,7 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 		"trace_context envelope, properties":  {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nconfirm: end_to_end\nenvelope: properties\ntrace_context: envelope\n", "trace_context: envelope needs a reliomq v1 envelope"},
 		"reserved user property":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nuser_properties: { event_id: x }\n", "reserved for envelope: properties"},
 		"pack without an envelope":            {base + "outbox: { path: ./o.db }\npack: { max_events: 64 }\n", "a plain subscriber cannot read frames"},
-		"pack in direct mode":                 {base + "outbox: { enabled: false }\nconfirm: end_to_end\npack: { max_events: 64 }\n", "pack needs the outbox"},
+		"pack with retained interpolated":     {base + "outbox: { enabled: false }\nenvelope: delivery\nretained: '${! meta(\"r\") }'\npack: { max_events: 64 }\n", "a retained frame"},
 		"pack with message_expiry":            {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nenvelope: properties\nmessage_expiry: 1h\npack: { max_events: 64 }\n", "a frame carries user properties only"},
 		"pack with retained":                  {base + "outbox: { path: ./o.db }\nenvelope: delivery\nretained: true\npack: { max_events: 64 }\n", "a retained frame"},
 		"pack with content_type":              {base + "outbox: { path: ./o.db }\nprotocol_version: \"5\"\nenvelope: properties\ncontent_type: text/plain\npack: { max_events: 64 }\n", "a frame carries user properties only"},
@@ -56,6 +56,10 @@ func TestLintRefusesWhatStartRefuses(t *testing.T) {
 	delivery := base + "outbox: { path: ./o.db }\nenvelope: delivery\npack: { max_events: 64, compression: none }\n"
 	if err := lintOutput(delivery); err != nil {
 		t.Fatalf("lint refuses pack with envelope: delivery: %v", err)
+	}
+	direct := base + "outbox: { enabled: false }\nconfirm: end_to_end\npack: { max_events: 64 }\n"
+	if err := lintOutput(direct); err != nil {
+		t.Fatalf("lint refuses pack in direct mode: %v", err)
 	}
 }
 

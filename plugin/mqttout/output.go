@@ -223,9 +223,8 @@ root = [
   if this.user_properties.or({}).keys().contains("event_id") { "user_properties: \"event_id\" is reserved for envelope: properties" },
   if this.user_properties.or({}).keys().contains("destination_topic") { "user_properties: \"destination_topic\" is reserved for envelope: properties" },
   if $packed && !$e2e && this.envelope.or("none") == "none" { "pack: with confirm: broker and envelope: none any subscriber reads the topic, and a plain subscriber cannot read frames; use envelope: delivery or properties, or confirm: end_to_end" },
-  if $packed && !$outbox { "pack needs the outbox: in direct mode each write is published by itself" },
   if $packed && (this.content_type.or("") != "" || this.message_expiry.or("") != "") { "pack: a frame carries user properties only; content_type and message_expiry need pack.max_events: 1" },
-  if $packed && $retained == "true" { "pack: a retained frame would keep several events as the topic's one retained message; set retained: false or pack.max_events: 1" },
+  if $packed && $retained != "false" { "pack: a retained frame would keep several events as the topic's one retained message; set retained: false or pack.max_events: 1" },
 ].filter(v -> v != null)
 `
 
@@ -382,7 +381,7 @@ func parseSettings(conf *service.ParsedConfig) (s settings, err error) {
 		return s, err
 	}
 	if o.Pack.MaxEvents > 1 {
-		if err := checkPackable(o, s.v5); err != nil {
+		if err := checkPackable(o, s.v5, s.retained != nil); err != nil {
 			return s, err
 		}
 	}

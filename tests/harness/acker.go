@@ -8,13 +8,16 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/envelope"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/frame"
 )
 
 // Acker is a test end-to-end consumer: it receives reliomq v1 ingress
 // envelopes on a data topic and answers each with an ACK carrying its
 // event ID, like a bridge that delivered the message. Reply decides what is
 // sent for each envelope (nil: one correct ACK), so tests can forge
-// wrong-ID, duplicate and late ACKs.
+// wrong-ID, duplicate and late ACKs. A frame (internal/frame: a packing
+// output's, or a bridge's that forwards frames) counts as its events, each
+// seen as an envelope, and is answered with one ACK naming the frame.
 type Acker struct {
 	t      testing.TB
 	client mqtt.Client
@@ -66,6 +69,10 @@ func StartAcker(t testing.TB, url, dataTopic, ackTopic string, reply func(in env
 }
 
 func (a *Acker) handle(c mqtt.Client, ackTopic string, m mqtt.Message) {
+	if frame.Is(m.Payload()) {
+		a.handleFrame(c, ackTopic, m.Payload())
+		return
+	}
 	in, err := envelope.DecodeIngress(m.Payload())
 	a.mu.Lock()
 	if err != nil {
@@ -85,6 +92,23 @@ func (a *Acker) handle(c mqtt.Client, ackTopic string, m mqtt.Message) {
 	for _, ack := range acks {
 		c.Publish(ackTopic, 1, false, ack).WaitTimeout(clientTimeout)
 	}
+}
+
+// handleFrame records a frame's events and ACKs the frame.
+func (a *Acker) handleFrame(c mqtt.Client, ackTopic string, raw []byte) {
+	id, events, err := frame.Decode(raw, frame.DefaultLimits)
+	a.mu.Lock()
+	if err != nil {
+		a.bad++
+		a.mu.Unlock()
+		return
+	}
+	for _, e := range events {
+		a.seen = append(a.seen, envelope.Ingress{EventID: e.ID, Topic: e.Topic, Payload: e.Payload})
+	}
+	a.mu.Unlock()
+	ack, _ := envelope.EncodeAck(id)
+	c.Publish(ackTopic, 1, false, ack).WaitTimeout(clientTimeout)
 }
 
 // Seen returns every envelope received, duplicates included.
