@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -660,10 +661,19 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	if _, err := Open(ctx, Config{Driver: "mysql", DSN: "x", Table: "ledger"}); err == nil || !strings.Contains(err.Error(), "mysql") {
 		t.Fatalf("driver mysql: %v", err)
 	}
-	_, err := Open(ctx, Config{Driver: SQLite, DSN: filepath.Join(dir, "no", "such", "dir", "l.db"), Table: "ledger"})
-	if err == nil || !strings.Contains(err.Error(), "sqlite") {
+	// Only Open creates a missing directory; inspecting creates nothing.
+	missing := filepath.Join(dir, "no", "such", "dir", "l.db")
+	if _, err := OpenExisting(ctx, Config{Driver: SQLite, DSN: missing, Table: "ledger"}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("inspecting SQLite in a missing directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no")); !os.IsNotExist(err) {
+		t.Fatalf("inspecting created the directory: %v", err)
+	}
+	created, err := Open(ctx, Config{Driver: SQLite, DSN: missing, Table: "ledger"})
+	if err != nil {
 		t.Fatalf("SQLite in a missing directory: %v", err)
 	}
+	created.Close()
 	s, err := Open(ctx, Config{Driver: SQLite, DSN: filepath.Join(dir, "l.db"), Table: "ledger_2"})
 	if err != nil {
 		t.Fatalf("valid table name: %v", err)
