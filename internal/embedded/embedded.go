@@ -61,6 +61,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -111,7 +112,14 @@ type Config struct {
 	// stderr. Not part of the URL: the component that starts the broker
 	// passes its own logger (WithLog), so level and format follow its config.
 	Log slog.Handler
+
+	// mono is the monotonic clock sessions and messages expire by; nil is
+	// the process's (tests advance their own).
+	mono *monoClock
 }
+
+// monoClock reads a monotonic clock (a pointer keeps Config comparable).
+type monoClock struct{ now func() time.Duration }
 
 // Option adjusts an Acquire beyond what the URL says.
 type Option func(*Config)
@@ -370,6 +378,9 @@ func start(dir string, cfg Config) (*instance, error) {
 	// day); an edge device may stay offline longer, so only a message's own
 	// expiry interval applies.
 	caps.MaximumMessageExpiryInterval = 0
+	// Sessions never expire on mochi's wall clock: expiryHook expires
+	// them on observed time (and this is the interval of MQTT 3 sessions).
+	caps.MaximumSessionExpiryInterval = neverExpires
 
 	server := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
@@ -378,6 +389,12 @@ func start(dir string, cfg Config) (*instance, error) {
 	})
 
 	store := &storeHook{server: server}
+	var mono func() time.Duration
+	if cfg.mono != nil {
+		mono = cfg.mono.now
+	}
+	expiry := newExpiryHook(server, store, mono)
+	store.expiry = expiry
 	inst := &instance{dir: dir, cfg: cfg, server: server, store: store, listens: map[string]bool{}}
 	fail := func(err error) (*instance, error) {
 		_ = closeBounded(server) // also stops the hooks, closing the store if it opened
@@ -408,6 +425,9 @@ func start(dir string, cfg Config) (*instance, error) {
 	}
 	if err := server.AddHook(access, nil); err != nil {
 		return fail(fmt.Errorf("embedded broker for %s: add access hook: %w", dir, err))
+	}
+	if err := server.AddHook(expiry, nil); err != nil { // before the store: it rewrites what the store's hooks read
+		return fail(fmt.Errorf("embedded broker for %s: add expiry hook: %w", dir, err))
 	}
 	if err := server.AddHook(store, filepath.Join(dir, storeFile)); err != nil {
 		return fail(err)

@@ -64,8 +64,12 @@ func (h *storeHook) replayFanouts(server *mqtt.Server) error {
 
 // Stored* are called by mochi's Serve to restore its state.
 
+// StoredClients hands mochi the sessions with the intervals it is shown
+// (see expiryHook).
 func (h *storeHook) StoredClients() ([]storage.Client, error) {
-	return readBucket[storage.Client](h.db, bucketClients)
+	clients, err := readBucket[storage.Client](h.db, bucketClients)
+	h.expiry.restored(clients)
+	return clients, err
 }
 
 func (h *storeHook) StoredSubscriptions() ([]storage.Subscription, error) {

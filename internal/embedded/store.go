@@ -71,6 +71,7 @@ const (
 type storeHook struct {
 	mqtt.HookBase
 	server *mqtt.Server // set before AddHook; used to find the session a CONNECT resumes
+	expiry *expiryHook  // set before AddHook; owns the session expiry intervals
 	db     *bbolt.DB
 	w      *writer
 	gate   *fanoutGate
@@ -444,7 +445,7 @@ func (h *storeHook) clientRecord(cl *mqtt.Client) change {
 			AuthenticationData:        p.AuthenticationData,
 			User:                      p.User,
 			AuthenticationMethod:      p.AuthenticationMethod,
-			SessionExpiryInterval:     p.SessionExpiryInterval,
+			SessionExpiryInterval:     h.expiry.asked(cl.ID, p.SessionExpiryInterval),
 			SessionExpiryIntervalFlag: p.SessionExpiryIntervalFlag,
 			MaximumPacketSize:         p.MaximumPacketSize,
 			ReceiveMaximum:            p.ReceiveMaximum,

@@ -57,6 +57,16 @@ type v5Received struct {
 // CONNACK's session-present flag.
 func v5Client(t *testing.T, broker, id string, clean bool, got chan<- v5Received) (*paho.Client, bool) {
 	t.Helper()
+	expiry := uint32(0xFFFFFFFF)
+	if clean {
+		expiry = 0
+	}
+	return v5Session(t, broker, id, clean, expiry, got)
+}
+
+// v5Session is v5Client with the session expiry interval given.
+func v5Session(t *testing.T, broker, id string, clean bool, expiry uint32, got chan<- v5Received) (*paho.Client, bool) {
+	t.Helper()
 	u, err := url.Parse(broker)
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +83,6 @@ func v5Client(t *testing.T, broker, id string, clean bool, got chan<- v5Received
 		}}
 	}
 	c := paho.NewClient(cfg)
-	expiry := uint32(0xFFFFFFFF)
-	if clean {
-		expiry = 0
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: clean, KeepAlive: 30,

@@ -1,0 +1,311 @@
+package embedded
+
+// Session and message expiry on observed time.
+//
+// mochi v2.7.9 measures both on the wall clock: its event loop calls
+// clearExpiredClients, clearExpiredInflights and clearExpiredRetainedMessages
+// with time.Now().Unix() every second, against a disconnected client's
+// StopTime and a message's Expiry, both wall-clock seconds. A gateway's
+// clock stepped forward by a year would end, at the next tick, every MQTT 5
+// session with a finite session expiry interval, with the messages queued
+// for it, and every message carrying an expiry.
+//
+// expiryHook takes both over, through mochi's hooks and public state, and
+// measures them on the process's monotonic clock, which no step moves:
+//
+//   - Sessions: an MQTT 5 session expiry interval I with 0 < I < 2^32-1 is
+//     kept here (and in the store), and mochi is shown 2^32-1 in its place,
+//     the value MQTT 3 sessions get from MaximumSessionExpiryInterval: mochi
+//     would then end the session only once the wall clock passed its
+//     disconnect by 136 years. The hook notes when each such session
+//     disconnects, and after I of observed time deletes it as mochi would
+//     (store, client list, queued messages) and also drops its
+//     subscriptions, which mochi leaves in its topic index.
+//   - Messages: a publish with a message expiry interval E gets as Expiry
+//     monoEpoch plus its deadline (monotonic milliseconds, now + E). mochi
+//     compares Expiry with Unix seconds, which never reach monoEpoch, so it
+//     expires none of them; the hook drops each queued copy and retained
+//     copy past its deadline, and writes what is left of E into every
+//     PUBLISH it sends.
+//
+// Time while no broker runs does not count: a session restored at start is
+// disconnected from then on (as mochi restores it). Expiry times are not
+// stored (mochi's storage.Message has no field for them), so a message
+// restored from the store does not expire.
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
+)
+
+const (
+	// neverExpires is the MQTT 5 session expiry interval of a session
+	// that does not expire, and what mochi is shown for every session.
+	neverExpires = math.MaxUint32
+
+	// monoEpoch marks an Expiry holding a monotonic deadline: Unix seconds
+	// never reach it, and it leaves room for any deadline in milliseconds.
+	monoEpoch int64 = 1 << 62
+
+	// expiryTick is how often expired sessions and messages are deleted
+	// (mochi's own period).
+	expiryTick = time.Second
+)
+
+// finite reports whether a session expiry interval ends a session some
+// time after its disconnect (0 ends it at once, neverExpires never).
+func finite(interval uint32) bool { return interval > 0 && interval < neverExpires }
+
+// offline is a disconnected session with a finite expiry interval.
+type offline struct {
+	cl *mqtt.Client  // the client mochi keeps for it
+	at time.Duration // monotonic time of the disconnect
+}
+
+type expiryHook struct {
+	mqtt.HookBase
+	server *mqtt.Server
+	store  *storeHook
+	mono   func() time.Duration
+
+	// sessionMu orders deleting an expired session against a CONNECT
+	// that would resume it (OnSessionEstablish): the CONNECT either comes
+	// first and the session is no longer expired, or after and finds none.
+	sessionMu sync.Mutex
+
+	mu         sync.Mutex              // guards the maps
+	intervals  map[string]uint32       // client ID -> the finite session expiry interval it asked for
+	gone       map[string]offline      // client ID -> its session, disconnected
+	connecting map[string]*mqtt.Client // client ID -> its latest CONNECT, until that connection ends
+
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+// newExpiryHook returns the hook for server, whose sessions store deletes;
+// mono nil is the process's monotonic clock.
+func newExpiryHook(server *mqtt.Server, store *storeHook, mono func() time.Duration) *expiryHook {
+	if mono == nil {
+		mono = ledgerclock.System().Mono
+	}
+	return &expiryHook{server: server, store: store, mono: mono,
+		intervals: map[string]uint32{}, gone: map[string]offline{}, connecting: map[string]*mqtt.Client{}}
+}
+
+func (h *expiryHook) ID() string { return "reliable-mqtt-expiry" }
+
+func (h *expiryHook) Provides(b byte) bool {
+	switch b {
+	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPacketRead, mqtt.OnPublish, mqtt.OnPacketEncode:
+		return true
+	}
+	return false
+}
+
+func (h *expiryHook) Init(any) error {
+	h.done, h.stopped = make(chan struct{}), make(chan struct{})
+	go h.run()
+	return nil
+}
+
+func (h *expiryHook) Stop() error {
+	if h.done != nil {
+		close(h.done)
+		<-h.stopped
+		h.done = nil
+	}
+	return nil
+}
+
+func (h *expiryHook) run() {
+	defer close(h.stopped)
+	t := time.NewTicker(expiryTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-t.C:
+			h.expire()
+		}
+	}
+}
+
+// OnSessionEstablish runs before mochi looks for a session to resume (and
+// before the client is in its list): a session being resumed is no longer
+// disconnected, and mochi sees neverExpires.
+func (h *expiryHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	h.sessionMu.Lock()
+	defer h.sessionMu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.gone, cl.ID)
+	h.connecting[cl.ID] = cl
+	p := &cl.Properties.Props
+	if cl.Properties.ProtocolVersion == 5 && finite(p.SessionExpiryInterval) {
+		h.intervals[cl.ID] = p.SessionExpiryInterval
+		p.SessionExpiryInterval = neverExpires
+	} else {
+		delete(h.intervals, cl.ID)
+	}
+}
+
+// OnPacketRead takes a new interval from a DISCONNECT before mochi reads
+// it. Its 0 stays 0: the session ends with the connection.
+func (h *expiryHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Disconnect || !pk.Properties.SessionExpiryIntervalFlag ||
+		cl.Properties.Props.SessionExpiryInterval == 0 { // mochi refuses a change from 0
+		return pk, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v := pk.Properties.SessionExpiryInterval; finite(v) {
+		h.intervals[cl.ID] = v
+		pk.Properties.SessionExpiryInterval = neverExpires
+	} else {
+		delete(h.intervals, cl.ID)
+	}
+	return pk, nil
+}
+
+// OnDisconnect starts the observed time of a session with a finite
+// interval. mochi calls it also for each session it restores at start.
+func (h *expiryHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
+		return // it lives on under the new connection
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.connecting[cl.ID] == cl {
+		delete(h.connecting, cl.ID)
+	}
+	if expire {
+		delete(h.intervals, cl.ID) // ended with its connection
+		return
+	}
+	if _, ok := h.intervals[cl.ID]; ok {
+		h.gone[cl.ID] = offline{cl: cl, at: h.mono()}
+	}
+}
+
+// OnPublish replaces the wall-clock Expiry mochi just gave a publish with
+// its monotonic deadline.
+func (h *expiryHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		pk.Expiry = monoEpoch + (h.mono() + time.Duration(e)*time.Second).Milliseconds()
+	}
+	return pk, nil
+}
+
+// OnPacketEncode writes what is left of a message's expiry interval (at
+// least 1 s, as mochi does) into a PUBLISH about to be sent.
+func (h *expiryHook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish && pk.Expiry >= monoEpoch {
+		left := time.Duration(pk.Expiry-monoEpoch)*time.Millisecond - h.mono()
+		pk.Properties.MessageExpiryInterval = uint32(max(1, (left+time.Second-1)/time.Second))
+	}
+	return pk
+}
+
+// expired reports whether a monotonic deadline in Expiry has come.
+func expired(pk packets.Packet, now time.Duration) bool {
+	return pk.Expiry >= monoEpoch && time.Duration(pk.Expiry-monoEpoch)*time.Millisecond <= now
+}
+
+// restored notes the intervals of the sessions read from the store, and
+// shows mochi neverExpires in their place.
+func (h *expiryHook) restored(clients []storage.Client) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range clients {
+		c := &clients[i]
+		if c.ProtocolVersion == 5 && finite(c.Properties.SessionExpiryInterval) {
+			h.intervals[c.ID] = c.Properties.SessionExpiryInterval
+			c.Properties.SessionExpiryInterval = neverExpires
+		}
+	}
+}
+
+// asked is the session expiry interval to store for a client whose
+// interval mochi sees as shown: the one the client asked for.
+func (h *expiryHook) asked(id string, shown uint32) uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.intervals[id]; ok {
+		return v
+	}
+	return shown
+}
+
+// expire deletes what has expired: sessions first, then queued and
+// retained messages.
+func (h *expiryHook) expire() {
+	now := h.mono()
+	var due []offline
+	h.mu.Lock()
+	for id, o := range h.gone {
+		interval, ok := h.intervals[id]
+		switch {
+		case !ok: // its interval is no longer finite
+			delete(h.gone, id)
+		case now-o.at >= time.Duration(interval)*time.Second:
+			due = append(due, o)
+			delete(h.gone, id)
+		}
+	}
+	h.mu.Unlock()
+	for _, o := range due {
+		h.endSession(o.cl)
+	}
+
+	for _, cl := range h.server.Clients.GetAll() {
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if expired(pk, now) && cl.State.Inflight.Delete(pk.PacketID) {
+				atomic.AddInt64(&h.server.Info.Inflight, -1)
+				h.store.OnQosDropped(cl, pk)
+			}
+		}
+	}
+	for topic, pk := range h.server.Topics.Retained.GetAll() {
+		if expired(pk, now) {
+			h.server.Topics.Retained.Delete(topic)
+			h.store.OnRetainedExpired(topic)
+		}
+	}
+}
+
+// endSession deletes an expired session, unless a CONNECT resumed it or
+// is resuming it (its old connection may report its end late, after the
+// new one's OnSessionEstablish). The fan-out gate is held so that no
+// publish queues a message to it while it goes.
+func (h *expiryHook) endSession(cl *mqtt.Client) {
+	h.sessionMu.Lock()
+	defer h.sessionMu.Unlock()
+	h.mu.Lock()
+	c := h.connecting[cl.ID]
+	h.mu.Unlock()
+	if c != nil && c != cl && !c.Closed() {
+		return
+	}
+	if cur, ok := h.server.Clients.Get(cl.ID); !ok || cur != cl {
+		return
+	}
+	h.store.gate.hold(takeoverLimit)
+	defer h.store.gate.release()
+	h.mu.Lock()
+	delete(h.intervals, cl.ID)
+	h.mu.Unlock()
+	h.server.Clients.Delete(cl.ID)
+	h.server.UnsubscribeClient(cl)
+	cl.ClearInflights()
+	h.store.OnClientExpired(cl)
+}

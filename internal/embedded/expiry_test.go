@@ -1,0 +1,189 @@
+package embedded
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
+)
+
+// These tests cannot step the host's wall clock (tests/powerloss steps a
+// guest's), so they let it run past an expiry while the broker's observed
+// (monotonic) clock, a fake here, stays behind: mochi's own checks, which
+// compare with time.Now every second, would have deleted the session or
+// the message by then.
+
+// fakeClockBroker starts the broker of dir, listening on addr, with fake's
+// monotonic clock.
+func fakeClockBroker(t *testing.T, dir, addr string, fake *ledgerclock.Fake) *Broker {
+	t.Helper()
+	mono := &monoClock{now: fake.Source().Mono}
+	b, err := Acquire("embedded://?dir="+url.QueryEscape(dir)+"&listen="+addr, func(c *Config) { c.mono = mono })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Release() })
+	return b
+}
+
+// letWallClockPass sleeps past d and the expiry ticks that follow.
+func letWallClockPass(d time.Duration) { time.Sleep(d + 3*expiryTick) }
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", waitFor, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func publishExpiring(t *testing.T, c *paho.Client, topic string, retain bool, payload string, expiry uint32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var props *paho.PublishProperties
+	if expiry > 0 {
+		props = &paho.PublishProperties{MessageExpiry: &expiry}
+	}
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Retain: retain, Payload: []byte(payload), Properties: props}); err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+}
+
+// An MQTT 5 session with a 2 s expiry interval and 3 messages queued
+// outlives 2 s of wall clock while 1 s of observed time passed, before
+// and after a restart (which stores the interval asked for), and goes,
+// with its subscription and its stored record, 2 s of observed time after
+// its disconnect.
+func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
+	const interval = 2
+	fake := ledgerclock.NewFake(ledgerclock.Today)
+	dir, addr := t.TempDir(), freeAddr(t)
+	broker := "tcp://" + addr
+	b := fakeClockBroker(t, dir, addr, fake)
+	present := func() bool { _, ok := b.inst.server.Clients.Get("s"); return ok }
+	restart := func() {
+		if err := b.Release(); err != nil {
+			t.Fatal(err)
+		}
+		b = fakeClockBroker(t, dir, addr, fake)
+	}
+
+	sub, _ := v5Session(t, broker, "s", true, interval, nil)
+	v5Subscribe(t, sub, "exp/q", 1)
+	_ = sub.Disconnect(&paho.Disconnect{})
+	pub, _ := v5Client(t, broker, "pub", true, nil)
+	for i := range 3 {
+		v5Publish(t, pub, "exp/q", 1, false, i)
+	}
+	_ = pub.Disconnect(&paho.Disconnect{})
+
+	letWallClockPass(interval * time.Second)
+	fake.Pass(time.Second)
+	letWallClockPass(0)
+	if !present() {
+		t.Fatal("the session was deleted after 1 s of observed time (interval 2 s)")
+	}
+	got := make(chan v5Received, 3)
+	sub, ok := v5Session(t, broker, "s", false, interval, got)
+	if !ok {
+		t.Fatal("session present = false after 1 s of observed time")
+	}
+	receiveV5(t, got, "exp/q", 3, false)
+	waitAcked(t, b, "s")
+	_ = sub.Disconnect(&paho.Disconnect{})
+
+	restart() // the session is disconnected from here on
+	letWallClockPass(interval * time.Second)
+	if !present() {
+		t.Fatal("the restored session was deleted with no observed time since the restart")
+	}
+	fake.Pass(interval * time.Second)
+	waitUntil(t, "the session deleted after its interval of observed time", func() bool { return !present() })
+	if subs := b.inst.server.Topics.Subscribers("exp/q"); len(subs.Subscriptions) != 0 {
+		t.Fatalf("subscriptions of the expired session remain: %v", subs.Subscriptions)
+	}
+
+	restart()
+	if _, ok := v5Session(t, broker, "s", false, interval, nil); ok {
+		t.Fatal("session present = true after it expired: its record stayed in the store")
+	}
+}
+
+// A queued message and a retained one, each with a 3 s expiry, outlive
+// 3 s of wall clock while 1 s of observed time passed, and arrive with
+// 2 s left; a queued one goes after 3 s of observed time, from the store
+// too, and so does the retained one.
+func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
+	const expiry = 3
+	fake := ledgerclock.NewFake(ledgerclock.Today)
+	dir, addr := t.TempDir(), freeAddr(t)
+	broker := "tcp://" + addr
+	b := fakeClockBroker(t, dir, addr, fake)
+
+	sub, _ := v5Client(t, broker, "m", false, nil)
+	v5Subscribe(t, sub, "exp/m", 1)
+	_ = sub.Disconnect(&paho.Disconnect{})
+	pub, _ := v5Client(t, broker, "pub", true, nil)
+	publishExpiring(t, pub, "exp/m", false, "A", expiry)
+	publishExpiring(t, pub, "exp/r", true, "R", expiry)
+
+	letWallClockPass(expiry * time.Second)
+	fake.Pass(time.Second)
+	letWallClockPass(0)
+	left := func(what string, got <-chan v5Received, payload string) {
+		t.Helper()
+		select {
+		case m := <-got:
+			if string(m.payload) != payload || m.props == nil || m.props.MessageExpiry == nil || *m.props.MessageExpiry != expiry-1 {
+				t.Fatalf("%s: got %q with properties %+v, want %q with %d s of expiry left", what, m.payload, m.props, payload, expiry-1)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("%s: %s not received after 1 s of observed time (expiry %d s)", what, payload, expiry)
+		}
+	}
+	got := make(chan v5Received, 2)
+	sub, _ = v5Client(t, broker, "m", false, got)
+	left("queued", got, "A")
+	ret := make(chan v5Received, 1)
+	late, _ := v5Client(t, broker, "late", true, ret)
+	v5Subscribe(t, late, "exp/r", 1)
+	left("retained", ret, "R")
+	waitAcked(t, b, "m")
+	_ = sub.Disconnect(&paho.Disconnect{})
+
+	publishExpiring(t, pub, "exp/m", false, "B", expiry)
+	fake.Pass(expiry * time.Second)
+	waitUntil(t, "the queued message and the retained one deleted after their expiry of observed time", func() bool {
+		cl, ok := b.inst.server.Clients.Get("m")
+		_, retained := b.inst.server.Topics.Retained.GetAll()["exp/r"]
+		return ok && cl.State.Inflight.Len() == 0 && !retained
+	})
+
+	// From the store too: after a restart C, published then, comes first.
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	b = fakeClockBroker(t, dir, addr, fake)
+	pub, _ = v5Client(t, broker, "pub", true, nil)
+	publishExpiring(t, pub, "exp/m", false, "C", 0)
+	_, _ = v5Client(t, broker, "m", false, got)
+	select {
+	case m := <-got:
+		if string(m.payload) != "C" {
+			t.Fatalf("after the restart %q came first, want C: the expired B stayed in the store", m.payload)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("C not received after the restart")
+	}
+	if _, retained := b.inst.server.Topics.Retained.GetAll()["exp/r"]; retained {
+		t.Fatal("the expired retained message came back after the restart")
+	}
+}
