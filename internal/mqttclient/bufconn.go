@@ -96,15 +96,17 @@ func (b *bufConn) Write(p []byte) (int, error) {
 	b.buf = append(b.buf, p...)
 	b.mu.Unlock()
 	if wasEmpty {
-		b.signal()
+		wake(b.wake)
 	}
 	return len(p), nil
 }
 
-func (b *bufConn) signal() {
+// wake sends a wake-up on ch, a channel of capacity 1, unless one is
+// already pending.
+func wake(ch chan<- struct{}) {
 	select {
-	case b.wake <- struct{}{}:
-	default: // a wake-up is already pending
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -154,7 +156,7 @@ func (b *bufConn) Close() error {
 		close(b.flushed) // wake a Write waiting for space: it sees closing
 		b.flushed = make(chan struct{})
 		b.mu.Unlock()
-		b.signal()
+		wake(b.wake)
 		_ = b.Conn.SetWriteDeadline(time.Now().Add(bufConnCloseFlush))
 		<-b.done
 		b.closeErr = b.Conn.Close()

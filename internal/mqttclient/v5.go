@@ -104,10 +104,7 @@ func (c *v5Conn) PublishAsync(p mqttmsg.Publication) Token {
 	c.mu.Lock()
 	c.queue = append(c.queue, t)
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	wake(c.wake)
 	return t
 }
 
