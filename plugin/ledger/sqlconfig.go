@@ -3,7 +3,6 @@ package ledger
 import (
 	"fmt"
 
-	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlledger"
@@ -72,13 +71,7 @@ func sqlField() *service.ConfigField {
 // sqlSettings is the parsed sql object.
 type sqlSettings struct {
 	pool  sqlledger.PoolConfig // without retention and callbacks
-	apply []applyStmt
-}
-
-// applyStmt is one configured statement of sql.apply.
-type applyStmt struct {
-	query string
-	args  *bloblang.Executor // nil: no arguments
+	apply []sqlconf.Statement
 }
 
 // parseSQLSettings reads the sql object; sqlledger checks it.
@@ -106,16 +99,11 @@ func parseSQLSettings(conf *service.ParsedConfig) (*sqlSettings, error) {
 	}
 	queries := make([]string, len(stmts))
 	for i, sc := range stmts {
-		var st applyStmt
-		if st.query, err = sc.FieldString(sqlconf.FieldQuery); err != nil {
-			return nil, err
+		st, err := sqlconf.ReadStatement(sc)
+		if err != nil {
+			return nil, fmt.Errorf("sql.apply[%d]: %w", i, err)
 		}
-		if sc.Contains(sqlconf.FieldArgs) {
-			if st.args, err = sc.FieldBloblang(sqlconf.FieldArgs); err != nil {
-				return nil, fmt.Errorf("sql.apply[%d].args_mapping: %w", i, err)
-			}
-		}
-		s.apply, queries[i] = append(s.apply, st), st.query
+		s.apply, queries[i] = append(s.apply, st), st.Query
 	}
 	if err := s.pool.Check(queries); err != nil {
 		return nil, err

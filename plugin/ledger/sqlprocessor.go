@@ -79,7 +79,7 @@ func (p *sqlProcessor) applyBatch(ctx context.Context, batch service.MessageBatc
 	var of []int // message of each entry
 	args := make([]*service.MessageBatchBloblangExecutor, len(p.s.sql.apply))
 	for j, st := range p.s.sql.apply {
-		args[j] = sqlargs.For(batch, st.args)
+		args[j] = sqlargs.For(batch, st.Args)
 	}
 	for i, msg := range batch {
 		entry, err := p.entryFor(batch, args, i)
@@ -116,7 +116,7 @@ func (p *sqlProcessor) entryFor(batch service.MessageBatch, args []*service.Mess
 				return sqlledger.Entry{}, fmt.Errorf("dedup_ledger: key %s: sql.apply[%d].args_mapping: %w; nothing was committed", key, j, err)
 			}
 		}
-		stmts = append(stmts, sqlledger.Exec{Query: st.query, Args: stmtArgs})
+		stmts = append(stmts, sqlledger.Exec{Query: st.Query, Args: stmtArgs})
 	}
 	return sqlledger.Entry{Key: key, Hash: hash[:], Stmts: stmts}, nil
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/sqlargs"
@@ -75,9 +74,8 @@ func init() {
 }
 
 type processor struct {
-	db    *sqlrows.DB
-	query string
-	args  *bloblang.Executor // nil: no arguments
+	db *sqlrows.DB
+	st sqlconf.Statement
 }
 
 func newProcessor(conf *service.ParsedConfig) (*processor, error) {
@@ -85,14 +83,12 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 	var driver, dsn string
 	var inits []string
 	err := conffield.Read(conf, conffield.String(&driver, sqlconf.FieldDriver), conffield.String(&dsn, sqlconf.FieldDSN),
-		conffield.String(&p.query, sqlconf.FieldQuery), conffield.StringList(&inits, sqlconf.FieldInit))
+		conffield.StringList(&inits, sqlconf.FieldInit))
 	if err != nil {
 		return nil, err
 	}
-	if conf.Contains(sqlconf.FieldArgs) {
-		if p.args, err = conf.FieldBloblang(sqlconf.FieldArgs); err != nil {
-			return nil, err
-		}
+	if p.st, err = sqlconf.ReadStatement(conf); err != nil {
+		return nil, err
 	}
 	if p.db, err = sqlrows.Open(driver, dsn, inits); err != nil {
 		return nil, err
@@ -101,7 +97,7 @@ func newProcessor(conf *service.ParsedConfig) (*processor, error) {
 }
 
 func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
-	args := sqlargs.For(batch, p.args)
+	args := sqlargs.For(batch, p.st.Args)
 	for i, msg := range batch {
 		if err := p.run(ctx, msg, args, i); err != nil {
 			msg.SetError(fmt.Errorf("sql_query: %s: %w", p.db.Where, err))
@@ -119,7 +115,7 @@ func (p *processor) run(ctx context.Context, msg *service.Message, argsExec *ser
 			return fmt.Errorf("args_mapping: %w", err)
 		}
 	}
-	rows, ok, err := p.db.Query(ctx, p.query, args)
+	rows, ok, err := p.db.Query(ctx, p.st.Query, args)
 	if ok {
 		msg.SetStructuredMut(rows)
 	}
