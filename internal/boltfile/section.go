@@ -44,8 +44,7 @@ type Section struct {
 	// cheap consistency checks that need no walk. nil: none.
 	Check func(tx *bolt.Tx) error
 	// Upgrade rewrites the entries written before checksums and stores
-	// KeyChecksums (UpdateInBatches with a last step); it runs when the
-	// marker is missing.
+	// KeyChecksums (UpgradeEntries); it runs when the marker is missing.
 	Upgrade func() error
 	// Verify reads every entry; it runs when the file's structure was
 	// verified at open (Verified). nil: nothing more to check.
@@ -55,6 +54,15 @@ type Section struct {
 // KeyChecksums, present in a section's meta bucket, marks that every entry
 // carries a checksum.
 var KeyChecksums = []byte("checksums")
+
+// UpgradeEntries is the body of a section's Upgrade: rewrite runs for every
+// entry of s's data bucket, n per transaction (UpdateInBatches), and the
+// transaction of the last batch stores KeyChecksums.
+func (f *File) UpgradeEntries(s Section, n int, rewrite func(tx *bolt.Tx, k, v []byte) error) error {
+	return f.UpdateInBatches(s.Buckets[0], n, rewrite, func(tx *bolt.Tx) error {
+		return s.meta(tx).Put(KeyChecksums, []byte{1})
+	})
+}
 
 // KeyFormat in a section's meta bucket holds the section's format version
 // (8 bytes, big-endian).

@@ -17,7 +17,7 @@ const upgradeBatch = 10000
 // checksummed. An entry that is not a readable version-1 entry either stops
 // the upgrade: it is damage, and a ledger never forgets a key silently.
 func (l *Ledger) upgradeEntries() error {
-	err := l.file.UpdateInBatches(bucketKeys, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
+	err := l.file.UpgradeEntries(layout, upgradeBatch, func(tx *bolt.Tx, k, v []byte) error {
 		if len(v) == valueLen && v[0] == valueVersion {
 			return nil
 		}
@@ -29,8 +29,6 @@ func (l *Ledger) upgradeEntries() error {
 		}
 		at, hash, _ := decodeBody(v)
 		return tx.Bucket(bucketKeys).Put(k, encodeValue(k, at, hash))
-	}, func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(boltfile.KeyChecksums, []byte{1})
 	})
 	if format.IsNewer(err) {
 		return err
