@@ -29,9 +29,9 @@ package embedded
 //     PUBLISH it sends.
 //
 // Time while no broker runs does not count: a session restored at start is
-// disconnected from then on (as mochi restores it). Expiry times are not
-// stored (mochi's storage.Message has no field for them), so a message
-// restored from the store does not expire.
+// disconnected from then on (as mochi restores it), and a message restored
+// gets its whole interval again from then on (mochi's storage.Message has
+// no field for an expiry time).
 
 import (
 	"errors"
@@ -201,9 +201,36 @@ func (h *expiryHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 // its monotonic deadline.
 func (h *expiryHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if e := pk.Properties.MessageExpiryInterval; e > 0 {
-		pk.Expiry = monoEpoch + (h.mono() + time.Duration(e)*time.Second).Milliseconds()
+		pk.Expiry = h.deadline(e)
 	}
 	return pk, nil
+}
+
+// deadline is the Expiry of a message whose interval of e seconds starts now.
+func (h *expiryHook) deadline(e uint32) int64 {
+	return monoEpoch + (h.mono() + time.Duration(e)*time.Second).Milliseconds()
+}
+
+// stampRestored gives each message mochi read back from the store, which
+// kept no expiry time, its whole interval from now. It runs in
+// StoredSysInfo: mochi calls that after loading every message and before
+// its listeners accept a connection, so no client is acknowledging (and
+// removing) a message that Set would then put back.
+func (h *expiryHook) stampRestored() {
+	for _, cl := range h.server.Clients.GetAll() {
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if e := pk.Properties.MessageExpiryInterval; e > 0 && pk.Expiry == 0 {
+				pk.Expiry = h.deadline(e)
+				cl.State.Inflight.Set(pk)
+			}
+		}
+	}
+	for topic, pk := range h.server.Topics.Retained.GetAll() {
+		if e := pk.Properties.MessageExpiryInterval; e > 0 && pk.Expiry == 0 {
+			pk.Expiry = h.deadline(e)
+			h.server.Topics.Retained.Add(topic, pk)
+		}
+	}
 }
 
 // OnPacketEncode writes what is left of a message's expiry interval (at

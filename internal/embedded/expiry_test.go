@@ -120,7 +120,8 @@ func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 // A queued message and a retained one, each with a 3 s expiry, outlive
 // 3 s of wall clock while 1 s of observed time passed, and arrive with
 // 2 s left; a queued one goes after 3 s of observed time, from the store
-// too, and so does the retained one.
+// too, and so does the retained one. One read back from the store at a
+// restart goes 3 s of observed time after it.
 func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	const expiry = 3
 	fake := ledgerclock.NewFake(ledgerclock.Today)
@@ -167,18 +168,39 @@ func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 		return ok && cl.State.Inflight.Len() == 0 && !retained
 	})
 
-	// From the store too: after a restart C, published then, comes first.
+	// After a restart B stays deleted, and D, queued before it, gets its
+	// whole interval of observed time again from the start.
+	publishExpiring(t, pub, "exp/m", false, "D", expiry)
 	if err := b.Release(); err != nil {
 		t.Fatal(err)
 	}
 	b = fakeClockBroker(t, dir, addr, fake)
+	queued := func() int {
+		cl, ok := b.inst.server.Clients.Get("m")
+		if !ok {
+			t.Fatal("the session of m is gone after the restart")
+		}
+		return cl.State.Inflight.Len()
+	}
+	if n := queued(); n != 1 {
+		t.Fatalf("%d messages queued for m after the restart, want D alone", n)
+	}
+	fake.Pass(expiry*time.Second - time.Second)
+	letWallClockPass(0)
+	if queued() != 1 {
+		t.Fatalf("D, restored, expired %d s after the start (expiry %d s)", expiry-1, expiry)
+	}
+	fake.Pass(time.Second)
+	waitUntil(t, "D deleted its expiry of observed time after the start", func() bool { return queued() == 0 })
+
+	// Then C, published now, is the first message m gets.
 	pub, _ = v5Client(t, broker, "pub", true, nil)
 	publishExpiring(t, pub, "exp/m", false, "C", 0)
 	_, _ = v5Client(t, broker, "m", false, got)
 	select {
 	case m := <-got:
 		if string(m.payload) != "C" {
-			t.Fatalf("after the restart %q came first, want C: the expired B stayed in the store", m.payload)
+			t.Fatalf("after the restart %q came first, want C: an expired message stayed in the store", m.payload)
 		}
 	case <-time.After(waitFor):
 		t.Fatal("C not received after the restart")

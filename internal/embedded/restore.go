@@ -89,8 +89,10 @@ func (h *storeHook) StoredRetainedMessages() ([]storage.Message, error) {
 }
 
 // StoredSysInfo restores the gauges mochi derives from stored state; the
-// counters are not persisted (they would cost a write per second).
+// counters are not persisted (they would cost a write per second). mochi
+// calls it last, when every message is loaded: their expiry starts here.
 func (h *storeHook) StoredSysInfo() (storage.SystemInfo, error) {
+	h.expiry.stampRestored()
 	var info storage.SystemInfo
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		info.Retained = int64(tx.Bucket(bucketRetained).Stats().KeyN)
