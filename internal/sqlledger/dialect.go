@@ -42,10 +42,8 @@ const (
 // sql_query's engine, internal/sqlrows) tests which driver it runs on; a
 // new driver is one entry in dialects.
 type dialect struct {
-	driver    Driver
-	name      string // as people write it, for messages
-	about     string // for the components' driver fields
-	sqlDriver string // database/sql driver name
+	name  string // as people write it, for messages
+	about string // for the components' driver fields
 	// The words of the common statements (sql): column types and the
 	// greater of two values.
 	bytesType, timeType, greatest string
@@ -115,10 +113,8 @@ func (d *dialect) sql(common string) string {
 
 var dialects = map[Driver]*dialect{
 	SQLite: {
-		driver:    SQLite,
-		name:      "SQLite",
-		about:     "Embedded SQLite (pure Go, nothing to install). The DSN is a file path.",
-		sqlDriver: "sqlite",
+		name:  "SQLite",
+		about: "Embedded SQLite (pure Go, nothing to install). The DSN is a file path.",
 		// applied_at is Unix microseconds: SQLite has no timestamp type and
 		// integers compare correctly, which Expire relies on.
 		bytesType: "BLOB", timeType: "INTEGER", greatest: "MAX",
@@ -138,10 +134,8 @@ var dialects = map[Driver]*dialect{
 		tryBatch:      (*Store).tryBatch,
 	},
 	Postgres: {
-		driver:    Postgres,
 		name:      "PostgreSQL",
 		about:     "PostgreSQL, for a database several instances share.",
-		sqlDriver: "pgx",
 		bytesType: "BYTEA", timeType: "TIMESTAMPTZ", greatest: "GREATEST",
 		timeArg:       func(t time.Time) any { return t.UTC() },
 		retryable:     postgresRetryable,
