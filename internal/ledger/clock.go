@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -38,10 +37,8 @@ var (
 func (l *Ledger) startClock() error {
 	return l.file.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		var newest int64
-		if k, _ := tx.Bucket(bucketTime).Cursor().Last(); len(k) >= 8 {
-			newest = int64(binary.BigEndian.Uint64(k[:8]))
-		}
+		last, _ := tx.Bucket(bucketTime).Cursor().Last()
+		newest, _, _ := splitTimeKey(last) // 0 when the index is empty
 		reading, floor := int64(boltfile.Uint64(meta, keyClock)), int64(boltfile.Uint64(meta, keyFloor))
 		if meta.Get(keyClock) == nil || newest > reading {
 			reading = ledgerclock.Start(l.opts.Clock, newest)

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -77,11 +76,12 @@ func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err erro
 		c := times.Cursor()
 		scanned := 0
 		for k, _ := c.First(); k != nil && scanned < l.opts.ExpireBatch; k, _ = c.Next() {
-			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= limit {
+			at, key, ok := splitTimeKey(k)
+			if !ok || uint64(at) >= limit {
 				break
 			}
 			scanned++
-			if l.claimed(k[8:]) {
+			if l.claimed(key) {
 				continue
 			}
 			stale = append(stale, append([]byte(nil), k...))
@@ -91,13 +91,13 @@ func (l *Ledger) expireBatch(cutoff time.Time) (deleted int, more bool, err erro
 		more = scanned == l.opts.ExpireBatch && len(stale) > 0
 		deleted = 0
 		for _, tk := range stale {
-			key := tk[8:]
+			indexed, key, _ := splitTimeKey(tk) // every stale entry holds a time
 			// The index entry may be older than the key's current entry
 			// (re-applied after an earlier expiry): delete the key only if
 			// this index entry is its own.
 			if v := keys.Get(key); v != nil {
 				// A damaged entry is kept: deleting it would forget the key.
-				if at, _, err := decodeValue(key, v); err == nil && uint64(at.UnixNano()) == binary.BigEndian.Uint64(tk[:8]) {
+				if at, _, err := decodeValue(key, v); err == nil && at.UnixNano() == indexed {
 					if err := keys.Delete(key); err != nil {
 						return err
 					}

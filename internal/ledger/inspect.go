@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -51,11 +50,13 @@ func Summarize(tx *bolt.Tx, path string) (Summary, error) {
 	}
 	s := Summary{Keys: int64(boltfile.Uint64(meta, keyCount)), Clock: StoredClock(tx)}
 	c := times.Cursor()
-	if k, _ := c.First(); len(k) >= 8 {
-		s.Oldest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+	first, _ := c.First()
+	last, _ := c.Last()
+	if at, _, ok := splitTimeKey(first); ok {
+		s.Oldest = time.Unix(0, at)
 	}
-	if k, _ := c.Last(); len(k) >= 8 {
-		s.Newest = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+	if at, _, ok := splitTimeKey(last); ok {
+		s.Newest = time.Unix(0, at)
 	}
 	return s, nil
 }

@@ -371,10 +371,21 @@ func firstByte(v []byte) int {
 	return int(v[0])
 }
 
+// timeKey is a key of the time index: the applied time (Unix nanoseconds,
+// 8 bytes big-endian, so that the index is in time order), then the key.
 func timeKey(at time.Time, key []byte) []byte {
 	out := make([]byte, 0, 8+len(key))
 	out = binary.BigEndian.AppendUint64(out, uint64(at.UnixNano()))
 	return append(out, key...)
+}
+
+// splitTimeKey undoes timeKey; ok is false for a key too short to hold a
+// time (nil: no key).
+func splitTimeKey(tk []byte) (at int64, key []byte, ok bool) {
+	if len(tk) < 8 {
+		return 0, nil, false
+	}
+	return int64(binary.BigEndian.Uint64(tk[:8])), tk[8:], true
 }
 
 // addCount adjusts the stored key count inside tx.
