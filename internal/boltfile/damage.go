@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltwalk"
 )
 
 // ErrDamaged reports a file whose structure bbolt cannot read safely.
@@ -230,7 +232,7 @@ func (v Verify) wants(size int64) bool {
 }
 
 // verify walks every page the file references, reading the file itself
-// (walkPages: no loop, no read outside a page can follow), then runs bbolt's
+// (boltwalk: no loop, no read outside a page can follow), then runs bbolt's
 // consistency check, which also finds pages both used and free, or
 // neither, and keys out of order.
 func verify(tx *bolt.Tx, path string) error {
@@ -255,9 +257,13 @@ func verify(tx *bolt.Tx, path string) error {
 	return &DamagedError{Path: path, Cause: "its consistency check failed: " + strings.Join(problems, "; ")}
 }
 
-// walkTree walks tx's tree with walkPages.
+// walkTree walks tx's tree with boltwalk.Walk.
 func walkTree(tx *bolt.Tx, path string) error {
 	pageSize := int64(tx.DB().Info().PageSize)
 	root := uint64(tx.Cursor().Bucket().RootPage())
-	return walkPages(path, pageSize, uint64(tx.Size()/pageSize), root)
+	err := boltwalk.Walk(path, pageSize, uint64(tx.Size()/pageSize), root)
+	if d, ok := errors.AsType[*boltwalk.Damage](err); ok {
+		return &DamagedError{Path: path, Cause: d.Cause}
+	}
+	return err
 }

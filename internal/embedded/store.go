@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/reliable-mqtt/reliable-mqtt/internal/boltwalk"
 	"github.com/reliable-mqtt/reliable-mqtt/internal/format"
 )
 
@@ -122,12 +123,15 @@ func (h *storeHook) Init(config any) error {
 	if !ok || path == "" {
 		return mqtt.ErrInvalidConfigType
 	}
-	// Its freelist is synced at every commit (one page more per fsync than
-	// the outbox's files): without it bbolt rebuilds the freelist at open
-	// by walking the tree on a goroutine of its own, where a damaged page
-	// crashes the process, and boltfile's safe walk is part of the output's
-	// engine, which an input must not link (tests/imports).
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout})
+	// No freelist is written at each commit (one page less per fsync: flash
+	// wear, docs/operations.md), so bbolt rebuilds it at every open by
+	// walking the whole tree on a goroutine of its own, where a damaged
+	// page crashes the process: checkTree walks it safely first.
+	err := checkTree(path)
+	var db *bbolt.DB
+	if err == nil {
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout, NoFreelistSync: true})
+	}
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return fmt.Errorf("open broker store %s: file is locked, another process is running a broker on this dir; "+
@@ -180,6 +184,29 @@ func (h *storeHook) Init(config any) error {
 	h.gate = newFanoutGate()
 	h.w = newWriter(db, h.Log)
 	return nil
+}
+
+// checkTree walks the tree of an existing store read-only with boltwalk,
+// which refuses a damaged page with an error where bbolt's own walk would
+// crash. A file locked by another process fails as bbolt's open does.
+func checkTree(path string) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(tx *bbolt.Tx) error {
+		pageSize := int64(tx.DB().Info().PageSize)
+		err := boltwalk.Walk(path, pageSize, uint64(tx.Size()/pageSize), uint64(tx.Cursor().Bucket().RootPage()))
+		if _, ok := errors.AsType[*boltwalk.Damage](err); ok {
+			return fmt.Errorf("the file is damaged (%w); refusing to use it: stop the process, move the file aside "+
+				"(mv %s %s.damaged) and start with a new store, or restore it from a backup", err, path, path)
+		}
+		return err
+	})
 }
 
 // Stop commits what is queued and closes the file. mochi calls it after all

@@ -1,4 +1,15 @@
-package boltfile
+// Package boltwalk follows a bbolt file's tree by reading the file itself,
+// not bbolt's memory map, and refuses what bbolt's own traversal cannot
+// survive: bbolt (and its Tx.Check) recurses without a visited set, so a
+// branch pointing back up loops until the stack overflows — a fatal error
+// no recover catches — and an element pointing past its page faults on a
+// goroutine the caller does not control. bbolt walks the whole tree that
+// way when it opens a file read-write without a synced freelist.
+//
+// It imports no bbolt, so both the output's files (internal/boltfile) and
+// the embedded broker's store, which the input links, check a tree the
+// same way.
+package boltwalk
 
 import (
 	"encoding/binary"
@@ -6,17 +17,28 @@ import (
 	"os"
 )
 
-// walkPages follows a bbolt tree from its root page by reading the file
-// itself, not bbolt's memory map, and refuses what bbolt's own traversal
-// cannot survive: bbolt (and its Tx.Check) recurses without a visited set, so
-// a branch pointing back up loops until the stack overflows — a fatal error
-// no recover catches — and an element pointing past its page faults on a
-// goroutine the caller does not control. Checked here: every page id lies
-// below the high-water mark, names itself, is a branch or a leaf, is reached
-// once, and every element's key and value lie inside its page.
+// Damage is a tree Walk refused; Cause says what it found where.
+type Damage struct{ Cause string }
+
+func (d *Damage) Error() string { return d.Cause }
+
+// Walk checks the tree of the bbolt file at path from its root page: every
+// page id lies below the high-water mark hwm (pages in use; valid ids are
+// 2 .. hwm-1), names itself, is a branch or a leaf, is reached once, and
+// every element's key and value lie inside its page. A tree that fails is
+// a *Damage; a file it cannot read, another error.
+func Walk(path string, pageSize int64, hwm, root uint64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("bbolt file %s: %w", path, err)
+	}
+	defer f.Close()
+	w := &pageWalker{f: f, pageSize: pageSize, hwm: hwm, seen: map[uint64]bool{}}
+	return w.page(root, 0)
+}
+
 type pageWalker struct {
 	f        *os.File
-	path     string
 	pageSize int64
 	hwm      uint64 // pages in use; valid ids are 2 .. hwm-1
 	seen     map[uint64]bool
@@ -32,18 +54,8 @@ const (
 	maxTreeDepth = 64 // far deeper than any real bbolt tree
 )
 
-func walkPages(path string, pageSize int64, hwm, root uint64) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("bbolt file %s: %w", path, err)
-	}
-	defer f.Close()
-	w := &pageWalker{f: f, path: path, pageSize: pageSize, hwm: hwm, seen: map[uint64]bool{}}
-	return w.page(root, 0)
-}
-
 func (w *pageWalker) damaged(format string, args ...any) error {
-	return &DamagedError{Path: w.path, Cause: fmt.Sprintf(format, args...)}
+	return &Damage{Cause: fmt.Sprintf(format, args...)}
 }
 
 // page checks the page id and everything below it.
