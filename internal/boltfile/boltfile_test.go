@@ -270,7 +270,7 @@ func TestForeignAndDamagedFilesAreRefusedUntouched(t *testing.T) {
 					return b.Put([]byte(MarkerKey), []byte("reliable-mqtt/9"))
 				})
 			},
-			want: []string{`"reliable-mqtt/9"`, "written in a newer format", "format version 9", "reads versions 1 to 1", "run the release that wrote it, or a newer one"},
+			want: []string{`"reliable-mqtt/9"`, "written in a newer format", "refusing to use it", "format version 9", "reads versions 1 to 1", "run the release that wrote it, or a newer one"},
 		},
 		{
 			name: "marker of another program",

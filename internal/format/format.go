@@ -22,7 +22,7 @@ type NewerError struct {
 }
 
 func (e *NewerError) Error() string {
-	return fmt.Sprintf("%s in %s is %v: format version %d, and this build reads versions 1 to %d; it was left untouched (nothing moved aside): run the release that wrote it, or a newer one",
+	return fmt.Sprintf("%s in %s is %v: format version %d, and this build reads versions 1 to %d; refusing to use it (nothing was moved aside): run the release that wrote it, or a newer one (if no newer release ever wrote it, it is damaged: see \"Damaged files\" in docs/operations.md)",
 		e.What, e.File, ErrNewer, e.Found, e.Reads)
 }
 
