@@ -17,10 +17,10 @@ package embedded
 //     kept here (and in the store), and mochi is shown 2^32-1 in its place,
 //     the value MQTT 3 sessions get from MaximumSessionExpiryInterval: mochi
 //     would then end the session only once the wall clock passed its
-//     disconnect by 136 years. The hook notes when each such session
-//     disconnects, and after I of observed time deletes it as mochi would
-//     (store, client list, queued messages) and also drops its
-//     subscriptions, which mochi leaves in its topic index.
+//     disconnect by 136 years. Once a session has been disconnected for I
+//     of observed time the hook deletes it as mochi would (store, client
+//     list, queued messages) and also drops its subscriptions, which mochi
+//     leaves in its topic index.
 //   - Messages: a publish with a message expiry interval E gets as Expiry
 //     monoEpoch plus its deadline (monotonic milliseconds, now + E). mochi
 //     compares Expiry with Unix seconds, which never reach monoEpoch, so it
@@ -34,7 +34,6 @@ package embedded
 // no field for an expiry time).
 
 import (
-	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -45,6 +44,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/reliable-mqtt/reliable-mqtt/internal/ledgerclock"
+	"github.com/reliable-mqtt/reliable-mqtt/internal/periodic"
 )
 
 const (
@@ -68,7 +68,7 @@ func finite(interval uint32) bool { return interval > 0 && interval < neverExpir
 // offline is a disconnected session with a finite expiry interval.
 type offline struct {
 	cl *mqtt.Client  // the client mochi keeps for it
-	at time.Duration // monotonic time of the disconnect
+	at time.Duration // monotonic time of the first tick that found it closed
 }
 
 type expiryHook struct {
@@ -84,7 +84,7 @@ type expiryHook struct {
 
 	mu         sync.Mutex              // guards the maps
 	intervals  map[string]uint32       // client ID -> the finite session expiry interval it asked for
-	gone       map[string]offline      // client ID -> its session, disconnected
+	gone       map[string]offline      // client ID -> its session, disconnected (expire's own)
 	connecting map[string]*mqtt.Client // client ID -> its latest CONNECT, until that connection ends
 
 	done    chan struct{}
@@ -113,7 +113,10 @@ func (h *expiryHook) Provides(b byte) bool {
 
 func (h *expiryHook) Init(any) error {
 	h.done, h.stopped = make(chan struct{}), make(chan struct{})
-	go h.run()
+	go func() {
+		defer close(h.stopped)
+		periodic.Run(h.done, expiryTick, h.expire)
+	}()
 	return nil
 }
 
@@ -124,20 +127,6 @@ func (h *expiryHook) Stop() error {
 		h.done = nil
 	}
 	return nil
-}
-
-func (h *expiryHook) run() {
-	defer close(h.stopped)
-	t := time.NewTicker(expiryTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.done:
-			return
-		case <-t.C:
-			h.expire()
-		}
-	}
 }
 
 // OnSessionEstablish runs before mochi looks for a session to resume (and
@@ -177,23 +166,18 @@ func (h *expiryHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 	return pk, nil
 }
 
-// OnDisconnect starts the observed time of a session with a finite
-// interval. mochi calls it also for each session it restores at start.
+// OnDisconnect forgets the interval of a session that ends with its
+// connection, unless a newer CONNECT of the ID is under way (an old
+// connection may report its end after the new one's OnSessionEstablish).
 func (h *expiryHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
-		return // it lives on under the new connection
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.connecting[cl.ID] == cl {
-		delete(h.connecting, cl.ID)
-	}
-	if expire {
-		delete(h.intervals, cl.ID) // ended with its connection
+	if c := h.connecting[cl.ID]; c != nil && c != cl {
 		return
 	}
-	if _, ok := h.intervals[cl.ID]; ok {
-		h.gone[cl.ID] = offline{cl: cl, at: h.mono()}
+	delete(h.connecting, cl.ID)
+	if expire {
+		delete(h.intervals, cl.ID)
 	}
 }
 
@@ -274,27 +258,40 @@ func (h *expiryHook) asked(id string, shown uint32) uint32 {
 }
 
 // expire deletes what has expired: sessions first, then queued and
-// retained messages.
+// retained messages. A session is disconnected from the first tick that
+// finds its client in mochi's list closed, whichever way it closed
+// (mochi calls no hook for a connection that fails after taking a session
+// over, and restores stored sessions closed), so each one ends within its
+// interval plus a tick.
 func (h *expiryHook) expire() {
 	now := h.mono()
-	var due []offline
+	clients := h.server.Clients.GetAll()
+	var due []*mqtt.Client
 	h.mu.Lock()
 	for id, o := range h.gone {
+		if clients[id] != o.cl {
+			delete(h.gone, id) // resumed or deleted since
+		}
+	}
+	for id, cl := range clients {
 		interval, ok := h.intervals[id]
+		o, seen := h.gone[id]
 		switch {
-		case !ok: // its interval is no longer finite
+		case !ok || !cl.Closed():
 			delete(h.gone, id)
+		case !seen:
+			h.gone[id] = offline{cl: cl, at: now}
 		case now-o.at >= time.Duration(interval)*time.Second:
-			due = append(due, o)
+			due = append(due, cl)
 			delete(h.gone, id)
 		}
 	}
 	h.mu.Unlock()
-	for _, o := range due {
-		h.endSession(o.cl)
+	for _, cl := range due {
+		h.endSession(cl)
 	}
 
-	for _, cl := range h.server.Clients.GetAll() {
+	for _, cl := range clients {
 		for _, pk := range cl.State.Inflight.GetAll(false) {
 			if expired(pk, now) && cl.State.Inflight.Delete(pk.PacketID) {
 				atomic.AddInt64(&h.server.Info.Inflight, -1)

@@ -17,17 +17,40 @@ import (
 // compare with time.Now every second, would have deleted the session or
 // the message by then.
 
-// fakeClockBroker starts the broker of dir, listening on addr, with fake's
-// monotonic clock.
-func fakeClockBroker(t *testing.T, dir, addr string, fake *ledgerclock.Fake) *Broker {
-	t.Helper()
-	mono := &monoClock{now: fake.Source().Mono}
-	b, err := Acquire("embedded://?dir="+url.QueryEscape(dir)+"&listen="+addr, func(c *Config) { c.mono = mono })
+// clockRig is a broker, restarted on its data directory at will, whose
+// observed clock is fake.
+type clockRig struct {
+	t           *testing.T
+	fake        *ledgerclock.Fake
+	broker, url string // the listener's tcp:// and the broker's embedded://
+	b           *Broker
+}
+
+func newClockRig(t *testing.T) *clockRig {
+	addr := freeAddr(t)
+	r := &clockRig{t: t, fake: ledgerclock.NewFake(ledgerclock.Today), broker: "tcp://" + addr,
+		url: "embedded://?dir=" + url.QueryEscape(t.TempDir()) + "&listen=" + addr}
+	r.start()
+	return r
+}
+
+func (r *clockRig) start() {
+	r.t.Helper()
+	mono := &monoClock{now: r.fake.Source().Mono}
+	b, err := Acquire(r.url, func(c *Config) { c.mono = mono })
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Release() })
-	return b
+	r.t.Cleanup(func() { _ = b.Release() })
+	r.b = b
+}
+
+func (r *clockRig) restart() {
+	r.t.Helper()
+	if err := r.b.Release(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.start()
 }
 
 // letWallClockPass sleeps past d and the expiry ticks that follow.
@@ -64,17 +87,9 @@ func publishExpiring(t *testing.T, c *paho.Client, topic string, retain bool, pa
 // its disconnect.
 func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	const interval = 2
-	fake := ledgerclock.NewFake(ledgerclock.Today)
-	dir, addr := t.TempDir(), freeAddr(t)
-	broker := "tcp://" + addr
-	b := fakeClockBroker(t, dir, addr, fake)
-	present := func() bool { _, ok := b.inst.server.Clients.Get("s"); return ok }
-	restart := func() {
-		if err := b.Release(); err != nil {
-			t.Fatal(err)
-		}
-		b = fakeClockBroker(t, dir, addr, fake)
-	}
+	r := newClockRig(t)
+	broker, fake := r.broker, r.fake
+	present := func() bool { _, ok := r.b.inst.server.Clients.Get("s"); return ok }
 
 	sub, _ := v5Session(t, broker, "s", true, interval, nil)
 	v5Subscribe(t, sub, "exp/q", 1)
@@ -97,21 +112,21 @@ func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 		t.Fatal("session present = false after 1 s of observed time")
 	}
 	receiveV5(t, got, "exp/q", 3, false)
-	waitAcked(t, b, "s")
+	waitAcked(t, r.b, "s")
 	_ = sub.Disconnect(&paho.Disconnect{})
 
-	restart() // the session is disconnected from here on
+	r.restart() // the session is disconnected from here on
 	letWallClockPass(interval * time.Second)
 	if !present() {
 		t.Fatal("the restored session was deleted with no observed time since the restart")
 	}
 	fake.Pass(interval * time.Second)
 	waitUntil(t, "the session deleted after its interval of observed time", func() bool { return !present() })
-	if subs := b.inst.server.Topics.Subscribers("exp/q"); len(subs.Subscriptions) != 0 {
+	if subs := r.b.inst.server.Topics.Subscribers("exp/q"); len(subs.Subscriptions) != 0 {
 		t.Fatalf("subscriptions of the expired session remain: %v", subs.Subscriptions)
 	}
 
-	restart()
+	r.restart()
 	if _, ok := v5Session(t, broker, "s", false, interval, nil); ok {
 		t.Fatal("session present = true after it expired: its record stayed in the store")
 	}
@@ -124,10 +139,8 @@ func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 // restart goes 3 s of observed time after it.
 func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	const expiry = 3
-	fake := ledgerclock.NewFake(ledgerclock.Today)
-	dir, addr := t.TempDir(), freeAddr(t)
-	broker := "tcp://" + addr
-	b := fakeClockBroker(t, dir, addr, fake)
+	r := newClockRig(t)
+	broker, fake := r.broker, r.fake
 
 	sub, _ := v5Client(t, broker, "m", false, nil)
 	v5Subscribe(t, sub, "exp/m", 1)
@@ -157,26 +170,23 @@ func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	late, _ := v5Client(t, broker, "late", true, ret)
 	v5Subscribe(t, late, "exp/r", 1)
 	left("retained", ret, "R")
-	waitAcked(t, b, "m")
+	waitAcked(t, r.b, "m")
 	_ = sub.Disconnect(&paho.Disconnect{})
 
 	publishExpiring(t, pub, "exp/m", false, "B", expiry)
 	fake.Pass(expiry * time.Second)
 	waitUntil(t, "the queued message and the retained one deleted after their expiry of observed time", func() bool {
-		cl, ok := b.inst.server.Clients.Get("m")
-		_, retained := b.inst.server.Topics.Retained.GetAll()["exp/r"]
+		cl, ok := r.b.inst.server.Clients.Get("m")
+		_, retained := r.b.inst.server.Topics.Retained.GetAll()["exp/r"]
 		return ok && cl.State.Inflight.Len() == 0 && !retained
 	})
 
 	// After a restart B stays deleted, and D, queued before it, gets its
 	// whole interval of observed time again from the start.
 	publishExpiring(t, pub, "exp/m", false, "D", expiry)
-	if err := b.Release(); err != nil {
-		t.Fatal(err)
-	}
-	b = fakeClockBroker(t, dir, addr, fake)
+	r.restart()
 	queued := func() int {
-		cl, ok := b.inst.server.Clients.Get("m")
+		cl, ok := r.b.inst.server.Clients.Get("m")
 		if !ok {
 			t.Fatal("the session of m is gone after the restart")
 		}
@@ -205,7 +215,7 @@ func TestMessageExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("C not received after the restart")
 	}
-	if _, retained := b.inst.server.Topics.Retained.GetAll()["exp/r"]; retained {
+	if _, retained := r.b.inst.server.Topics.Retained.GetAll()["exp/r"]; retained {
 		t.Fatal("the expired retained message came back after the restart")
 	}
 }
