@@ -9,6 +9,22 @@ import (
 	"testing"
 )
 
+// storeOnDisk starts and stops a broker in a new directory and returns its
+// URL and the store file it left.
+func storeOnDisk(t *testing.T) (u, path string) {
+	t.Helper()
+	dir := t.TempDir()
+	u = "embedded://?dir=" + url.QueryEscape(dir)
+	b, err := Acquire(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	return u, filepath.Join(dir, storeFile)
+}
+
 // bbolt's meta page: a 16-byte page header, then magic, version, page size
 // and flags (4 bytes each), the root bucket (root page, sequence), the
 // freelist page, the high-water mark and the txid (8 bytes each).
@@ -37,16 +53,7 @@ func newestMeta(t *testing.T, raw []byte) []byte {
 // the tree at every open; a damaged page there is refused with the file and
 // what to do, where bbolt's own walk would crash the process.
 func TestADamagedStoreIsRefusedNotACrash(t *testing.T) {
-	dir := t.TempDir()
-	u := "embedded://?dir=" + url.QueryEscape(dir)
-	b, err := Acquire(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Release(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, storeFile)
+	u, path := storeOnDisk(t)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +68,7 @@ func TestADamagedStoreIsRefusedNotACrash(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err = Acquire(u)
+	b, err := Acquire(u)
 	if err == nil {
 		_ = b.Release()
 		t.Fatal("a damaged store was opened")

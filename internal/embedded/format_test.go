@@ -1,8 +1,6 @@
 package embedded
 
 import (
-	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,16 +14,7 @@ import (
 // release stops the broker with the file, the version found, the versions
 // this build reads and what to do.
 func TestStoreOfANewerFormatIsRefused(t *testing.T) {
-	dir := t.TempDir()
-	u := "embedded://?dir=" + url.QueryEscape(dir)
-	b, err := Acquire(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Release(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, storeFile)
+	u, path := storeOnDisk(t)
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +32,7 @@ func TestStoreOfANewerFormatIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = Acquire(u)
+	b, err := Acquire(u)
 	if err == nil {
 		_ = b.Release()
 		t.Fatal("a store of a newer format was opened")
