@@ -149,20 +149,23 @@ func (h *expiryHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 }
 
 // OnPacketRead takes a new interval from a DISCONNECT before mochi reads
-// it. Its 0 stays 0: the session ends with the connection.
+// it, and stores it with the session. Its 0 stays 0: the session ends with
+// the connection.
 func (h *expiryHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type != packets.Disconnect || !pk.Properties.SessionExpiryIntervalFlag ||
+	v := pk.Properties.SessionExpiryInterval
+	if pk.FixedHeader.Type != packets.Disconnect || !pk.Properties.SessionExpiryIntervalFlag || v == 0 ||
 		cl.Properties.Props.SessionExpiryInterval == 0 { // mochi refuses a change from 0
 		return pk, nil
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v := pk.Properties.SessionExpiryInterval; finite(v) {
+	if finite(v) {
 		h.intervals[cl.ID] = v
 		pk.Properties.SessionExpiryInterval = neverExpires
 	} else {
 		delete(h.intervals, cl.ID)
 	}
+	h.mu.Unlock()
+	h.store.w.enqueue(h.store.clientRecord(cl)) // with the interval asked for
 	return pk, nil
 }
 

@@ -132,6 +132,30 @@ func TestSessionExpiryCountsObservedTimeNotTheWallClock(t *testing.T) {
 	}
 }
 
+// A DISCONNECT that sets a new session expiry interval (60 s to 2 s) is
+// stored with the session: after a restart it goes 2 s of observed time
+// after the start.
+func TestDisconnectIntervalIsKeptAcrossARestart(t *testing.T) {
+	r := newClockRig(t)
+	c, _ := v5Session(t, r.broker, "d", true, 60, nil)
+	v5Subscribe(t, c, "exp/d", 1)
+	two := uint32(2)
+	if err := c.Disconnect(&paho.Disconnect{Properties: &paho.DisconnectProperties{SessionExpiryInterval: &two}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the broker sees the disconnect", func() bool {
+		cl, ok := r.b.inst.server.Clients.Get("d")
+		return ok && cl.Closed()
+	})
+	r.restart()
+	letWallClockPass(0)
+	r.fake.Pass(2 * time.Second)
+	waitUntil(t, "the session deleted 2 s of observed time after the restart", func() bool {
+		_, ok := r.b.inst.server.Clients.Get("d")
+		return !ok
+	})
+}
+
 // A queued message and a retained one, each with a 3 s expiry, outlive
 // 3 s of wall clock while 1 s of observed time passed, and arrive with
 // 2 s left; a queued one goes after 3 s of observed time, from the store
