@@ -392,11 +392,7 @@ func start(dir string, cfg Config) (*instance, error) {
 	})
 
 	store := &storeHook{server: server}
-	var mono func() time.Duration
-	if cfg.mono != nil {
-		mono = cfg.mono.now
-	}
-	expiry := newExpiryHook(server, store, mono)
+	expiry := newExpiryHook(server, store, cfg.mono)
 	store.expiry = expiry
 	inst := &instance{dir: dir, cfg: cfg, server: server, store: store, listens: map[string]bool{}}
 	fail := func(err error) (*instance, error) {

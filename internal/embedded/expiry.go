@@ -92,10 +92,11 @@ type expiryHook struct {
 }
 
 // newExpiryHook returns the hook for server, whose sessions store deletes;
-// mono nil is the process's monotonic clock.
-func newExpiryHook(server *mqtt.Server, store *storeHook, mono func() time.Duration) *expiryHook {
-	if mono == nil {
-		mono = ledgerclock.System().Mono
+// clock nil is the process's monotonic clock.
+func newExpiryHook(server *mqtt.Server, store *storeHook, clock *monoClock) *expiryHook {
+	mono := ledgerclock.System().Mono
+	if clock != nil {
+		mono = clock.now
 	}
 	return &expiryHook{server: server, store: store, mono: mono,
 		intervals: map[string]uint32{}, gone: map[string]offline{}, connecting: map[string]*mqtt.Client{}}
