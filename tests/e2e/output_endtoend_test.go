@@ -32,6 +32,8 @@ func outAckedSet(t *testing.T, a *harness.Acker, topic string) map[int]bool {
 // handed to the ACKer get no ACK, time out and are resent: in the end every
 // accepted message has been ACKed and the outbox is empty. (With confirm:
 // broker the SIGKILL case would lose whatever the broker had PUBACKed.)
+// Each case runs unpacked and packed (pack.max_events 64: the frames in
+// flight at the restart are resent whole, by their records).
 func TestOutputEndToEndConfirmsEverythingAcrossABrokerRestart(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -51,25 +53,33 @@ func TestOutputEndToEndConfirmsEverythingAcrossABrokerRestart(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			const count = 6000 // at 1/ms: the stream outlasts start-up, 100 ACKs and the restart
-			m := harness.StartMosquitto(t, c.opts)
-			acker := harness.StartAcker(t, m.URL(), "e2e/data", "e2e/acks", nil)
-			path := filepath.Join(t.TempDir(), "outbox.db")
-			pub := outPublisher{url: m.URL(), outboxPath: path, count: count, topic: "plant/line1", window: 64,
-				extra: []string{"confirm: end_to_end", "data_topic: e2e/data", "ack_topic: e2e/acks"}}
-			p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
-			harness.Eventually(t, 30*time.Second, "the first ACKs", func() bool { return len(acker.Seen()) >= 100 })
+			outPacking(t, func(t *testing.T, pack bool) {
+				const count = 6000 // at 1/ms: the stream outlasts start-up, 100 ACKs and the restart
+				m := harness.StartMosquitto(t, c.opts)
+				acker := harness.StartAcker(t, m.URL(), "e2e/data", "e2e/acks", nil)
+				path := filepath.Join(t.TempDir(), "outbox.db")
+				pub := outPublisher{url: m.URL(), outboxPath: path, count: count, topic: "plant/line1", window: 64,
+					extra: []string{"confirm: end_to_end", "data_topic: e2e/data", "ack_topic: e2e/acks"}}
+				if pack {
+					pub.extra = append(pub.extra, "pack: { max_events: 64 }")
+				}
+				p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
+				harness.Eventually(t, 30*time.Second, "the first ACKs", func() bool { return len(acker.Seen()) >= 100 })
 
-			c.restart(m)
-			if len(outAccepted(t, p.RunLog())) >= count {
-				t.Fatal("the stream ended before the broker restart: the test did not test a restart")
-			}
+				c.restart(m)
+				if len(outAccepted(t, p.RunLog())) >= count {
+					t.Fatal("the stream ended before the broker restart: the test did not test a restart")
+				}
 
-			outWaitDrained(t, p, path, outFromIngress, count, func() map[int]bool { return outAckedSet(t, acker, "plant/line1") })
-			if lost := outMissing(outAccepted(t, p.Log()), outAckedSet(t, acker, "plant/line1")); len(lost) > 0 {
-				t.Fatalf("accepted but never ACKed: %v", lost)
-			}
-			t.Logf("%d envelopes ACKed for %d messages", len(acker.Seen()), count)
+				outWaitDrained(t, p, path, outFromIngress, count, func() map[int]bool { return outAckedSet(t, acker, "plant/line1") })
+				if lost := outMissing(outAccepted(t, p.Log()), outAckedSet(t, acker, "plant/line1")); len(lost) > 0 {
+					t.Fatalf("accepted but never ACKed: %v", lost)
+				}
+				t.Logf("%d envelopes ACKed for %d messages, %d frames", len(acker.Seen()), count, acker.Frames())
+				if pack && acker.Frames() == 0 {
+					t.Fatal("the ACKer got no frame: the test did not test packing")
+				}
+			})
 		})
 	}
 }

@@ -164,23 +164,31 @@ func outDeliveries(t *testing.T, s *harness.Subscriber) []outDelivery {
 	t.Helper()
 	var out []outDelivery
 	for _, m := range s.Messages() {
-		if frame.Is(m.Payload) { // a packed publisher's: its events in order
-			_, events, err := frame.Decode(m.Payload, frame.DefaultLimits)
-			if err != nil {
-				t.Fatalf("subscriber got a frame it cannot read: %v", err)
-			}
-			for _, e := range events {
-				out = append(out, outDelivery{n: outN(t, e.Payload), eventID: e.ID})
-			}
-			continue
-		}
-		d, err := envelope.DecodeDelivery(m.Payload)
-		if err != nil {
-			t.Fatalf("subscriber got something that is not a delivery envelope: %q: %v", m.Payload, err)
-		}
-		out = append(out, outDelivery{n: outN(t, d.Payload), eventID: d.EventID})
+		out = append(out, outDeliveriesOf(t, m.Payload)...)
 	}
 	return out
+}
+
+// outDeliveriesOf decodes one publish: a delivery envelope, or a packed
+// publisher's frame (its events in order).
+func outDeliveriesOf(t *testing.T, payload []byte) []outDelivery {
+	t.Helper()
+	if frame.Is(payload) {
+		_, events, err := frame.Decode(payload, frame.DefaultLimits)
+		if err != nil {
+			t.Fatalf("subscriber got a frame it cannot read: %v", err)
+		}
+		out := make([]outDelivery, 0, len(events))
+		for _, e := range events {
+			out = append(out, outDelivery{n: outN(t, e.Payload), eventID: e.ID})
+		}
+		return out
+	}
+	d, err := envelope.DecodeDelivery(payload)
+	if err != nil {
+		t.Fatalf("subscriber got something that is not a delivery envelope: %q: %v", payload, err)
+	}
+	return []outDelivery{{n: outN(t, d.Payload), eventID: d.EventID}}
 }
 
 // outDeliveredSet is the set of n in ds.

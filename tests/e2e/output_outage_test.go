@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +28,10 @@ type outOutage struct {
 // subscriber on broker, waits until the stream is flowing, runs the outage
 // (writes must go on meanwhile: store and forward), and then checks the
 // recovery: every accepted message is delivered at least once without any
-// help from the test, and the outbox drains.
-func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, o outOutage) *harness.Proc {
+// help from the test, and the outbox drains. With pack the publisher packs
+// up to 64 records a frame (the backlog an outage builds goes out in
+// frames), and the subscriber must have received frames.
+func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, pack bool, o outOutage) *harness.Proc {
 	t.Helper()
 	// A persistent session, so that a broker restart does not cost the
 	// subscriber what was queued for it.
@@ -35,6 +39,9 @@ func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, o 
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	pub := outPublisher{url: url, outboxPath: path, count: outageCount, topic: topic, window: 64,
 		extra: []string{"envelope: delivery"}}
+	if pack {
+		pub.extra = append(pub.extra, "pack: { max_events: 64 }")
+	}
 	p := harness.RunPipeline(t, pub.yaml(), harness.ProcOptions{})
 	harness.Eventually(t, 30*time.Second, "the first deliveries", func() bool { return sub.Count() >= 100 })
 
@@ -54,39 +61,66 @@ func outOutageRun(t *testing.T, broker *harness.Mosquitto, url, topic string, o 
 	if lost := outMissing(outAccepted(t, p.Log()), outDeliveredSet(outDeliveries(t, sub))); len(lost) > 0 {
 		t.Fatalf("accepted but never delivered: %v", lost)
 	}
-	t.Logf("%d deliveries for %d messages", sub.Count(), outageCount)
+	ds := outDeliveries(t, sub)
+	for i, d := range ds {
+		if want := "evt-" + strconv.Itoa(d.n); d.eventID != want {
+			t.Fatalf("delivery %d: n=%d arrived with event ID %q, want %q", i, d.n, d.eventID, want)
+		}
+	}
+	t.Logf("%d deliveries for %d messages in %d publishes, %d of them frames", len(ds), outageCount, sub.Count(), sub.Frames())
+	if pack && sub.Frames() == 0 {
+		t.Fatal("the subscriber got no frame: the test did not test packing")
+	}
 	return p
+}
+
+// outPacking runs test unpacked and packed, as subtests.
+func outPacking(t *testing.T, test func(t *testing.T, pack bool)) {
+	for _, pack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unpacked", true: "packed"}[pack], func(t *testing.T) { test(t, pack) })
+	}
 }
 
 // TestOutputBrokerStoppedMidStreamLosesNothing stops mosquitto for 3 s in
 // the middle of a stream: the publisher keeps accepting into its outbox,
-// reconnects by itself when the broker is back, and delivers everything.
+// reconnects by itself when the broker is back, and delivers everything,
+// unpacked and packed.
 func TestOutputBrokerStoppedMidStreamLosesNothing(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true, MaxInflight: 1000})
-	outOutageRun(t, m, m.URL(), "outage/stop", outOutage{what: "the broker was down", down: m.Stop, up: m.Start, hold: 3 * time.Second})
+	outPacking(t, func(t *testing.T, pack bool) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{Persistence: true, MaxInflight: 1000})
+		outOutageRun(t, m, m.URL(), "outage/stop", pack, outOutage{what: "the broker was down", down: m.Stop, up: m.Start, hold: 3 * time.Second})
+	})
 }
 
 // TestOutputConnectionCutMidStreamLosesNothing closes the TCP connection
-// (and refuses new ones) for 2 s.
+// (and refuses new ones) for 2 s, unpacked and packed.
 func TestOutputConnectionCutMidStreamLosesNothing(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
-	proxy := harness.NewProxy(t, m.Addr())
-	p := outOutageRun(t, m, proxy.URL(), "outage/cut", outOutage{what: "the connection was cut", down: proxy.Cut, up: proxy.Restore, hold: 2 * time.Second})
-	if !strings.Contains(p.Log(), "resending from the oldest unconfirmed record") {
-		t.Error("the publisher never logged a resend: the cut went unnoticed")
-	}
+	outPacking(t, func(t *testing.T, pack bool) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
+		proxy := harness.NewProxy(t, m.Addr())
+		p := outOutageRun(t, m, proxy.URL(), "outage/cut", pack, outOutage{what: "the connection was cut", down: proxy.Cut, up: proxy.Restore, hold: 2 * time.Second})
+		if !strings.Contains(p.Log(), "resending from the oldest unconfirmed record") {
+			t.Error("the publisher never logged a resend: the cut went unnoticed")
+		}
+	})
 }
 
 // TestOutputStalledConnectionLosesNothing black-holes the connection (open,
 // but no byte moves) for longer than publish_timeout: the sender must
 // notice through its own timeout, resend from the oldest unconfirmed
-// record, and recover once bytes flow again.
+// record, and recover once bytes flow again; unpacked and packed.
 func TestOutputStalledConnectionLosesNothing(t *testing.T) {
-	m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
-	proxy := harness.NewProxy(t, m.Addr())
-	p := outOutageRun(t, m, proxy.URL(), "outage/stall", outOutage{what: "the connection was stalled", down: proxy.Stall, up: proxy.Restore,
-		hold: 3 * time.Second}) // longer than publish_timeout (1s)
-	if !strings.Contains(p.Log(), "no PUBACK for event") && !strings.Contains(p.Log(), "connection lost") {
-		t.Error("the publisher never logged a PUBACK timeout or a lost connection: the stall went unnoticed")
-	}
+	outPacking(t, func(t *testing.T, pack bool) {
+		m := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
+		proxy := harness.NewProxy(t, m.Addr())
+		p := outOutageRun(t, m, proxy.URL(), "outage/stall", pack, outOutage{what: "the connection was stalled", down: proxy.Stall, up: proxy.Restore,
+			hold: 3 * time.Second}) // longer than publish_timeout (1s)
+		if !noticed.MatchString(p.Log()) {
+			t.Error("the publisher never logged a PUBACK timeout or a lost connection: the stall went unnoticed")
+		}
+	})
 }
+
+// noticed matches the publisher's log line for a PUBACK that did not come
+// (for a record alone or a frame) or a lost connection.
+var noticed = regexp.MustCompile(`no PUBACK for (event|frame) |connection lost`)

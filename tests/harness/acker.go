@@ -23,9 +23,10 @@ type Acker struct {
 	client mqtt.Client
 	reply  func(in envelope.Ingress) [][]byte
 
-	mu   sync.Mutex
-	seen []envelope.Ingress
-	bad  int
+	mu     sync.Mutex
+	seen   []envelope.Ingress
+	bad    int
+	frames int
 }
 
 // StartAcker subscribes to dataTopic on url and ACKs on ackTopic.
@@ -106,6 +107,7 @@ func (a *Acker) handleFrame(c mqtt.Client, ackTopic string, raw []byte) {
 	for _, e := range events {
 		a.seen = append(a.seen, envelope.Ingress{EventID: e.ID, Topic: e.Topic, Payload: e.Payload})
 	}
+	a.frames++
 	a.mu.Unlock()
 	ack, _ := envelope.EncodeAck(id)
 	c.Publish(ackTopic, 1, false, ack).WaitTimeout(clientTimeout)
@@ -116,6 +118,13 @@ func (a *Acker) Seen() []envelope.Ingress {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]envelope.Ingress(nil), a.seen...)
+}
+
+// Frames counts the frames received, duplicates included.
+func (a *Acker) Frames() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.frames
 }
 
 // Malformed counts messages on the data topic that were not valid envelopes.
