@@ -420,19 +420,10 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 	startup := 0
 	began := time.Now()
 	for i := 1; i <= n; i++ {
-		// One cut in four falls in the first 8 s after the scenario
-		// starts: in the processes' start-up (opening, creating or
-		// recovering their files); the rest within 6 s of path E's first
-		// receipt (the last to start: its subscriber starts 8 s late),
-		// while all five write.
-		mark, cut := "R:E", 300*time.Millisecond+time.Duration(rng.Int64N(int64(6*time.Second)))
-		if rng.IntN(4) == 0 {
-			mark, cut = "", time.Duration(rng.Int64N(int64(8*time.Second)))
-		}
-		c := boot(t, g, img, i, mark, cut, nil)
-		if !c.Started || !c.Killed {
-			t.Fatalf("cycle %d: the guest did not run its scenario until the cut (started %v, killed %v):\n%s", i, c.Started, c.Killed, tail(c.Serial))
-		}
+		// Timed from path E's first receipt (the last to start: its
+		// subscriber starts 8 s late), while all five write, or from the
+		// start.
+		c, mark := randomCut(t, rng, g, img, i, "R:E")
 		now := c.Acks
 		if mark == "" {
 			startup++
@@ -486,6 +477,24 @@ func TestAcknowledgedRecordsSurvivePowerCuts(t *testing.T) {
 		t.Errorf("path E: %d acknowledged, %d confirmed records held only by the broker at a cut: the run proves nothing about removal or the broker's store", relay.acked, len(brokerOnly))
 	}
 	t.Logf("%d cuts timed from the scenario's start (start-up), %d from path E's first receipt; %s in all", startup, n-startup, time.Since(began).Round(time.Second))
+}
+
+// randomCut boots g on img as cycle i and cuts its power: one cut in four
+// in the first 8 s after the scenario starts (the processes' start-up:
+// files opened, created or recovered), the rest within 6 s of the boot's
+// first acknowledgement of path receipt. It returns the cycle and its
+// mark ("" for the start, else receipt).
+func randomCut(t *testing.T, rng *rand.Rand, g guest, img string, i int, receipt string) (cycle, string) {
+	t.Helper()
+	mark, cut := receipt, 300*time.Millisecond+time.Duration(rng.Int64N(int64(6*time.Second)))
+	if rng.IntN(4) == 0 {
+		mark, cut = "", time.Duration(rng.Int64N(int64(8*time.Second)))
+	}
+	c := boot(t, g, img, i, mark, cut, nil)
+	if !c.Started || !c.Killed {
+		t.Fatalf("cycle %d: the guest did not run its scenario until the cut (started %v, killed %v):\n%s", i, c.Started, c.Killed, tail(c.Serial))
+	}
+	return c, mark
 }
 
 // TestNoSyncControlLosesAcknowledgedRecords runs the same scenario with a

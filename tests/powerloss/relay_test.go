@@ -227,15 +227,7 @@ func relayDrain(t *testing.T, g guest, img string, n int, acked []string, tl *re
 		}
 	}
 	began := time.Now()
-	c := boot(t, g, img, n, "", 8*time.Minute, &drive{until: func(a map[string][]string) bool {
-		got := 0
-		for _, id := range a["R:E"] {
-			if owed[id] {
-				got++
-			}
-		}
-		return got >= len(owed)
-	}})
+	c := boot(t, g, img, n, "", 8*time.Minute, &drive{until: receivedAll("R:E", owed)})
 	if !c.Started {
 		t.Fatalf("path E drain: the guest did not start its scenario:\n%s", tail(c.Serial))
 	}
@@ -254,5 +246,19 @@ func relayDrain(t *testing.T, g guest, img string, n int, acked []string, tl *re
 		len(owed), len(c.Acks["R:E"]), time.Since(began).Seconds(), len(acked)-len(missing), len(acked))
 	if len(missing) > 0 {
 		t.Errorf("path E: %d acknowledged records never delivered after the cuts, e.g. %q\n%s", len(missing), missing[0], tail(c.Serial))
+	}
+}
+
+// receivedAll is a drain boot's end: the lines of receipts (e.g. "R:E")
+// printed so far cover every owed ID.
+func receivedAll(receipts string, owed map[string]bool) func(acks map[string][]string) bool {
+	return func(acks map[string][]string) bool {
+		got := 0
+		for _, id := range acks[receipts] {
+			if owed[id] {
+				got++
+			}
+		}
+		return got >= len(owed)
 	}
 }
