@@ -87,6 +87,11 @@ type expiryHook struct {
 	gone       map[string]offline      // client ID -> its session, disconnected (expire's own)
 	connecting map[string]*mqtt.Client // client ID -> its latest CONNECT, until that connection ends
 
+	// expiring is set once a message with an expiry interval has passed:
+	// until then no queue needs the scan (mochi already sorts every
+	// client's queue each second for its own).
+	expiring atomic.Bool
+
 	done    chan struct{}
 	stopped chan struct{}
 }
@@ -196,6 +201,7 @@ func (h *expiryHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packe
 
 // deadline is the Expiry of a message whose interval of e seconds starts now.
 func (h *expiryHook) deadline(e uint32) int64 {
+	h.expiring.Store(true)
 	return monoEpoch + (h.mono() + time.Duration(e)*time.Second).Milliseconds()
 }
 
@@ -295,6 +301,9 @@ func (h *expiryHook) expire() {
 		h.endSession(cl)
 	}
 
+	if !h.expiring.Load() {
+		return
+	}
 	for _, cl := range clients {
 		for _, pk := range cl.State.Inflight.GetAll(false) {
 			if expired(pk, now) && cl.State.Inflight.Delete(pk.PacketID) {
