@@ -165,16 +165,17 @@ func (sd *Sender) Run(ctx context.Context) {
 
 // session sends on one connection until it fails or ctx ends. progress
 // reports whether anything was confirmed. After a session that confirmed
-// nothing (stalled) the window starts at the floor even when packing: a
-// start too big for a slow link must not time out every session.
+// nothing (stalled) the window's floor is initialWindow records even when
+// packing: a floor of frames too big for a slow link must not time out
+// every session.
 func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn, stalled bool) (progress bool, err error) {
 	wait, what := sd.s.confirm().wait(sd.s), sd.s.confirm().what()
 	rm := pubackLimit(conn.Limits())
-	start := initialWindow
+	floor := initialWindow
 	if !stalled {
-		start = startWindow(sd.s.Pack.MaxEvents, rm)
+		floor = floorWindow(sd.s.Pack.MaxEvents, rm)
 	}
-	w := newWindow(newSizer(sd.s.Window, start, time.Now()), rm, wait)
+	w := newWindow(newSizer(sd.s.Window, floor, time.Now()), rm, wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	shown, held := -1, false

@@ -124,10 +124,11 @@ func (c *silentConn) PublishAsync(mqttmsg.Publication) Token {
 	return &testToken{done: make(chan struct{})}
 }
 
-// A packed session against a Receive Maximum of 20 starts with 20 full
-// frames; a session after one that confirmed nothing starts at the floor,
-// so a start too big for a slow link cannot time out every session.
-func TestAPackedSessionStartsAtTheFloorAfterOneThatConfirmedNothing(t *testing.T) {
+// A packed session against a Receive Maximum of 20 keeps at least 20 full
+// frames in flight; a session after one that confirmed nothing keeps 64
+// records, so a floor too big for a slow link cannot time out every
+// session.
+func TestAPackedSessionFallsBackToTheUnpackedFloorAfterOneThatConfirmedNothing(t *testing.T) {
 	ob := openOutbox(t, 0)
 	appendIngress(t, ob, 1, 200)
 	m := &windowMetrics{testMetrics: testMetrics{ignored: map[string]int{}, codes: map[byte]int{}}}
@@ -148,6 +149,6 @@ func TestAPackedSessionStartsAtTheFloorAfterOneThatConfirmedNothing(t *testing.T
 	close(first.lost)
 	eventually(t, "the second session's window", func() bool { return len(windows()) == 2 })
 	if w := windows(); w[0] != 20*64 || w[1] != initialWindow {
-		t.Fatalf("windows %v, want %d (20 frames of 64) and then the floor %d", w, 20*64, initialWindow)
+		t.Fatalf("windows %v, want %d (20 frames of 64) and then %d", w, 20*64, initialWindow)
 	}
 }

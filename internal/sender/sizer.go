@@ -52,27 +52,26 @@ import (
 //     link of fixed bandwidth the rate does not rise, so the queue stays
 //     at about one round trip; the queue grows only while it buys
 //     throughput, up to maxGain bandwidth-delay products.
-//   - A packed start. A frame carries up to pack.max_events records in one
-//     publish, and the server's Receive Maximum counts publishes, so from
-//     a start at the floor (one frame) a packed session would need several
-//     round trips of doubling to use the publishes an unpacked session
-//     uses from its first round. A packed session therefore starts with
-//     the records of full frames in as many publishes as the Receive
-//     Maximum allows, at most packStartFrames (startWindow), and the first
-//     round keeps that start (its samples come from one burst; see First
-//     round): from the second round on, the window follows the target.
+//   - Packed sessions. A frame carries up to pack.max_events records in
+//     one publish, and the server's Receive Maximum counts publishes, so a
+//     floor of initialWindow records would be one frame: stop-and-wait on
+//     loopback, and several round trips of doubling before a long link
+//     carries what an unpacked session carries from its first round. A
+//     packed session's floor (and start) is therefore full frames in as
+//     many publishes as the Receive Maximum allows, at most
+//     packFloorFrames (floorWindow).
 //   - Records the application did not supply are not the link's limit: a
 //     sample taken while the window ran dry (app-limited, as BBR names it)
 //     can raise the estimate but never lower it.
 //
 // Bounds: the window is never above max (the user's `window`) and, but for
-// the round trip of a probe, never below floor = min(initialWindow, max),
-// which is also where an unpacked session starts. On loopback the bandwidth-delay product is a handful of records,
+// the round trip of a probe, never below floor = min(initialWindow, max)
+// (packed: see above), which is also where a session starts. On loopback the bandwidth-delay product is a handful of records,
 // so a loopback session stays at the floor, which is the fixed window this
 // replaced: loopback latency is unchanged by design. With max 1 the window
 // is 1: strict stop-and-wait. Loss (a timeout, a lost connection) ends the
 // session; the next one starts a new sizer at the floor (a packed one at
-// its start, unless the session before it confirmed nothing).
+// initialWindow records if the session before it confirmed nothing).
 //
 // The sizer reads no clock: every call passes the time, so it is tested
 // against a simulated link (sizer_test.go).
@@ -148,31 +147,27 @@ type sendMark struct {
 	appLimited  bool
 }
 
-// newSizer returns a sizer bounded by max whose window starts at start
-// records, within the floor and max.
-func newSizer(max, start int, now time.Time) *sizer {
-	floor := min(initialWindow, max)
-	cwnd := floor
-	if start > floor {
-		cwnd = min(start, max)
-	}
-	return &sizer{max: max, floor: floor, cwnd: cwnd, deliveredAt: now, firstSentAt: now, minRTTAt: now, gain: cwndGain, roundAt: now}
+// newSizer returns a sizer bounded by max whose floor, and start, is floor
+// records (at most max).
+func newSizer(max, floor int, now time.Time) *sizer {
+	floor = min(floor, max)
+	return &sizer{max: max, floor: floor, cwnd: floor, deliveredAt: now, firstSentAt: now, minRTTAt: now, gain: cwndGain, roundAt: now}
 }
 
-// packStartFrames bounds the publishes of a packed session's start:
+// packFloorFrames bounds the publishes of a packed session's floor:
 // mosquitto's default Receive Maximum. At ~9 KB for an uncompressed frame
 // of 64 readings that is under 200 KB, which even a 1 Mbit/s link carries
 // well within publish_timeout's default of 5 s.
-const packStartFrames = 20
+const packFloorFrames = 20
 
-// startWindow is where a session's window starts: the floor, or, packing
+// floorWindow is a session's floor in records: initialWindow, or, packing
 // maxEvents records per frame, as many full frames as the server's
-// Receive Maximum rm allows, at most packStartFrames.
-func startWindow(maxEvents, rm int) int {
+// Receive Maximum rm allows, at most packFloorFrames.
+func floorWindow(maxEvents, rm int) int {
 	if maxEvents <= 1 {
 		return initialWindow
 	}
-	return min(rm, packStartFrames) * maxEvents
+	return min(rm, packFloorFrames) * maxEvents
 }
 
 // limit is how many records may be unconfirmed now.
@@ -262,7 +257,7 @@ func (s *sizer) confirmed(now, sentAt time.Time, mark sendMark, inflight int) {
 	}
 	t := s.target()
 	switch {
-	case s.cwnd > t && s.round > 1:
+	case s.cwnd > t:
 		s.cwnd = t
 	case s.cwnd < t && s.round > 1 && float64(s.srtt) < s.gain*float64(s.minRTT):
 		s.cwnd++

@@ -451,36 +451,30 @@ func TestSizerGainTrialsFailOnAFixedLink(t *testing.T) {
 	}
 }
 
-// A packed session (frames of 64 against a Receive Maximum of 20) starts
-// with 1,280 records: on a 100 ms link that carries 20,000 records/s its
-// first round trip confirms them all, where a start at the floor would
-// confirm 64 and need four more round trips of doubling to get there.
-// The first round keeps the start although its samples are few.
-func TestAPackedSessionStartsWithAFullReceiveMaximumOfFrames(t *testing.T) {
-	start := startWindow(64, 20)
-	if start != 20*64 {
-		t.Fatalf("start %d, want 20 frames of 64", start)
+// A packed session (frames of 64 against a Receive Maximum of 20) has a
+// floor of 20 frames, 1,280 records: on a 100 ms link that carries 20,000
+// records/s its first round trip confirms them all, where a floor of 64
+// records would confirm one frame and need four more round trips of
+// doubling to get there.
+func TestAPackedSessionsFloorIsFramesInEveryPublishAllowed(t *testing.T) {
+	floor := floorWindow(64, 20)
+	if floor != 20*64 {
+		t.Fatalf("floor %d, want 20 frames of 64", floor)
 	}
-	res := simulateFrom(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(20000)}, DefaultWindow, start, 5*time.Second)
+	res := simulateFrom(t, simLink{rtt: constRTT(100 * time.Millisecond), rate: constRate(20000)}, DefaultWindow, floor, 5*time.Second)
 	if got := res.throughput(0, 200*time.Millisecond); got < 1200/0.2 {
-		t.Errorf("%.0f records/s in the first 200 ms, want the start's 1,280 within them", got)
+		t.Errorf("%.0f records/s in the first 200 ms, want the floor's 1,280 within them", got)
 	}
-	if m := res.minLimit(0, 5*time.Second); m < start {
-		t.Errorf("window fell to %d, want at least the start of %d on a link that carries more", m, start)
+	if m := res.minLimit(0, 5*time.Second); m < floor {
+		t.Errorf("window fell to %d, want at least the floor of %d", m, floor)
 	}
-	if s := startWindow(64, 4); s != 4*64 {
-		t.Errorf("start %d under a Receive Maximum of 4, want 4 frames of 64", s)
+	if f := floorWindow(64, 4); f != 4*64 {
+		t.Errorf("floor %d under a Receive Maximum of 4, want 4 frames of 64", f)
 	}
-	if s := startWindow(1, 20); s != initialWindow {
-		t.Errorf("unpacked start %d, want the floor %d", s, initialWindow)
+	if f := floorWindow(64, 65535); f != packFloorFrames*64 {
+		t.Errorf("floor %d without a Receive Maximum, want %d frames of 64", f, packFloorFrames)
 	}
-}
-
-// On loopback the same packed start falls to the floor once the second
-// round's samples show the link: the start costs one round trip of queue.
-func TestAPackedStartFallsToTheFloorOnLoopback(t *testing.T) {
-	res := simulateFrom(t, simLink{rtt: constRTT(200 * time.Microsecond), rate: constRate(20000), jitter: 50 * time.Microsecond}, DefaultWindow, startWindow(64, 20), 5*time.Second)
-	if m := res.maxLimit(time.Second); m != initialWindow {
-		t.Errorf("window at %d a second in, want the floor %d", m, initialWindow)
+	if f := floorWindow(1, 20); f != initialWindow {
+		t.Errorf("unpacked floor %d, want %d", f, initialWindow)
 	}
 }

@@ -22,6 +22,10 @@ func reading(i int) []byte {
 // MQTT 3.1.1, the same ~140-byte readings published three ways: plain paho
 // QoS 1 with 65,535 in flight (done at the PUBACK); reliable_mqtt_out with
 // confirm: end_to_end unpacked; and the same packed (pack.max_events 64).
+// The pipelines are fed as wanForm's batching form: the output's batching
+// on and everything else default (max_in_flight 64), with a source that
+// keeps many readings in flight, as an input does; 64 writers that each
+// wait for their one reading would hold one batch, one fsync, at a time.
 // The end-to-end consumer is the bench's own ACKer, which reads frames and
 // envelopes and ACKs each at once. A byte-counting proxy on the publisher's
 // link gives link bytes per reading (up: publisher to broker; down: back),
@@ -42,7 +46,7 @@ func BenchmarkPack(b *testing.B) {
 			m := broker(b)
 			proxy := harness.NewProxy(b, m.Addr())
 			startAcker(b, m.URL(), "bench/pack/data", "bench/pack/acks")
-			s := startStream(b, proxy.URL(), packFields(packed, "batching: { count: 64, period: 2ms }")...)
+			s := wanForm{batching: true}.start(b, proxy.URL(), packFields(packed)...)
 			s.payload = reading
 			lm := startLinkMeter(m, proxy)
 			measureLive(b, m, s, "ACKed")
