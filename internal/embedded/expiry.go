@@ -336,11 +336,17 @@ func (h *expiryHook) endSession(cl *mqtt.Client) {
 	if cur, ok := h.server.Clients.Get(cl.ID); !ok || cur != cl {
 		return
 	}
-	h.store.gate.hold(takeoverLimit)
+	if !h.store.gate.hold(takeoverLimit) {
+		h.Log.Warn("embedded broker: a publish did not finish within "+takeoverLimit.String()+
+			" while an expired session was deleted; a message it queues there stays in the store", "client", cl.ID)
+	}
 	defer h.store.gate.release()
 	h.mu.Lock()
+	interval := h.intervals[cl.ID]
 	delete(h.intervals, cl.ID)
 	h.mu.Unlock()
+	h.Log.Info("embedded broker: session expired, its queued messages are dropped", "client", cl.ID,
+		"session_expiry_interval", time.Duration(interval)*time.Second, "queued", cl.State.Inflight.Len())
 	h.server.Clients.Delete(cl.ID)
 	h.server.UnsubscribeClient(cl)
 	cl.ClearInflights()
