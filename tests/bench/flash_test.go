@@ -38,7 +38,9 @@ import (
 //	chain            the quickstart's gateway: config/publisher.yaml and
 //	                 config/bridge.yaml in one process (outbox + edge
 //	                 embedded:// broker + bridge), the cloud broker and the
-//	                 consumer's ACKs off the device
+//	                 consumer's ACKs off the device; also reports the
+//	                 outbox's and the edge store's own counters
+//	                 (outboxB/reading, storeB/reading)
 //	bbolt_*          bare bbolt, an append and a removal per commit, one
 //	                 option changed at a time (flashBolt)
 func BenchmarkFlash(b *testing.B) {
