@@ -77,6 +77,9 @@ func lastHopRun(t *testing.T, n int, endToEnd bool) (applied int, took time.Dura
 	pub := mustReplace(t, harness.ShippedConfig(t, "publisher.yaml"), "max_in_flight: 1 ", "max_in_flight: 64 ")
 	bridge, consumer := harness.ShippedConfig(t, "bridge.yaml"), harness.ShippedConfig(t, "consumer.yaml")
 	if !endToEnd {
+		// One PUBLISH per reading: frames of 64 would only move B's limit
+		// to 64,000 readings, and 10,000 would then show nothing.
+		env = append(env, "PACK_MAX_EVENTS=1")
 		// The bridge's forwarding output, at whatever depth the shipped
 		// file nests it (under fallback/switch): same indentation.
 		ind := regexp.MustCompile(`(?m)^( *)confirm: end_to_end\n`).FindStringSubmatch(bridge)
