@@ -28,6 +28,10 @@ package embedded
 //     copy past its deadline, and writes what is left of E into every
 //     PUBLISH it sends.
 //
+//   - Wills: a will with a Will Delay Interval D is taken over as mochi
+//     sends it (mochi is shown the longest delay) and published by the hook
+//     after D of observed time, unless the session is resumed first.
+//
 // Time while no broker runs does not count: a session restored at start is
 // disconnected from then on (as mochi restores it), and a message restored
 // gets its whole interval again from then on (mochi's storage.Message has
@@ -65,6 +69,13 @@ const (
 // time after its disconnect (0 ends it at once, neverExpires never).
 func finite(interval uint32) bool { return interval > 0 && interval < neverExpires }
 
+// delayedWill is a will whose delay the hook times.
+type delayedWill struct {
+	cl   *mqtt.Client
+	will mqtt.Will
+	at   time.Duration // monotonic time it is due
+}
+
 // offline is a disconnected session with a finite expiry interval.
 type offline struct {
 	cl *mqtt.Client  // the client mochi keeps for it
@@ -86,6 +97,7 @@ type expiryHook struct {
 	intervals  map[string]uint32       // client ID -> the finite session expiry interval it asked for
 	gone       map[string]offline      // client ID -> its session, disconnected (expire's own)
 	connecting map[string]*mqtt.Client // client ID -> its latest CONNECT, until that connection ends
+	wills      map[string]delayedWill  // client ID -> its will, delayed
 
 	// expiring is set once a message with an expiry interval has passed:
 	// until then no queue needs the scan (mochi already sorts every
@@ -104,14 +116,15 @@ func newExpiryHook(server *mqtt.Server, store *storeHook, clock *monoClock) *exp
 		mono = clock.now
 	}
 	return &expiryHook{server: server, store: store, mono: mono,
-		intervals: map[string]uint32{}, gone: map[string]offline{}, connecting: map[string]*mqtt.Client{}}
+		intervals: map[string]uint32{}, gone: map[string]offline{}, connecting: map[string]*mqtt.Client{},
+		wills: map[string]delayedWill{}}
 }
 
 func (h *expiryHook) ID() string { return "reliable-mqtt-expiry" }
 
 func (h *expiryHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPacketRead, mqtt.OnPublish, mqtt.OnPacketEncode:
+	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPacketRead, mqtt.OnPublish, mqtt.OnPacketEncode, mqtt.OnWill:
 		return true
 	}
 	return false
@@ -144,6 +157,7 @@ func (h *expiryHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.gone, cl.ID)
+	delete(h.wills, cl.ID) // [MQTT-3.1.3-9]: a resumed session's will is not sent
 	h.connecting[cl.ID] = cl
 	p := &cl.Properties.Props
 	if cl.Properties.ProtocolVersion == 5 && finite(p.SessionExpiryInterval) {
@@ -187,6 +201,61 @@ func (h *expiryHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	delete(h.connecting, cl.ID)
 	if expire {
 		delete(h.intervals, cl.ID)
+	}
+}
+
+// OnWill takes over a will with a delay: mochi would time it on the wall
+// clock, so it is shown the longest delay and expire publishes the will.
+func (h *expiryHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	if d := cl.Properties.Will.WillDelayInterval; d > 0 && d < neverExpires {
+		h.mu.Lock()
+		h.wills[cl.ID] = delayedWill{cl: cl, will: will, at: h.mono() + time.Duration(d)*time.Second}
+		h.mu.Unlock()
+		cl.Properties.Will.WillDelayInterval = neverExpires
+	}
+	return will, nil
+}
+
+// sendWills publishes the wills that are due, as mochi's sendDelayedLWT
+// would, through the inline client. sessionMu keeps a CONNECT that
+// resumes one of the sessions from coming in between.
+func (h *expiryHook) sendWills(now time.Duration) {
+	h.mu.Lock()
+	none := len(h.wills) == 0
+	h.mu.Unlock()
+	if none {
+		return
+	}
+	h.sessionMu.Lock()
+	defer h.sessionMu.Unlock()
+	h.mu.Lock()
+	var due []delayedWill
+	for id, w := range h.wills {
+		if w.at <= now {
+			due = append(due, w)
+			delete(h.wills, id)
+		}
+	}
+	h.mu.Unlock()
+	inline, ok := h.server.Clients.Get(mqtt.InlineClientId)
+	for _, w := range due {
+		pk := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.will.Qos, Retain: w.will.Retain},
+			TopicName:   w.will.TopicName,
+			Payload:     w.will.Payload,
+			Properties:  packets.Properties{User: w.will.User},
+			PacketID:    1, // mochi validates QoS>0 packets for a non-zero ID; inline publishes never use it
+		}
+		if !ok {
+			h.Log.Error("embedded broker: inline client missing; a delayed will is not sent", "client", w.cl.ID)
+			continue
+		}
+		if err := h.server.InjectPacket(inline, pk); err != nil {
+			h.Log.Error("embedded broker: send a delayed will", "client", w.cl.ID, "error", err)
+			continue
+		}
+		w.cl.Properties.Will = mqtt.Will{} // [MQTT-3.1.2-10]
+		h.store.OnWillSent(w.cl, pk)
 	}
 }
 
@@ -267,14 +336,15 @@ func (h *expiryHook) asked(id string, shown uint32) uint32 {
 	return shown
 }
 
-// expire deletes what has expired: sessions first, then queued and
-// retained messages. A session is disconnected from the first tick that
+// expire sends the wills that are due and deletes what has expired:
+// sessions first, then queued and retained messages. A session is disconnected from the first tick that
 // finds its client in mochi's list closed, whichever way it closed
 // (mochi calls no hook for a connection that fails after taking a session
 // over, and restores stored sessions closed), so each one ends within its
 // interval plus a tick.
 func (h *expiryHook) expire() {
 	now := h.mono()
+	h.sendWills(now) // before sessions: a will is due at the latest when its session ends
 	clients := h.server.Clients.GetAll()
 	var due []*mqtt.Client
 	h.mu.Lock()

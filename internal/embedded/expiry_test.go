@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"testing"
 	"time"
@@ -154,6 +155,65 @@ func TestDisconnectIntervalIsKeptAcrossARestart(t *testing.T) {
 		_, ok := r.b.inst.server.Clients.Get("d")
 		return !ok
 	})
+}
+
+// A will with a 2 s delay is not sent after 2 s of wall clock while no
+// observed time passed; after 2 s of observed time it is, unless its
+// session was resumed first.
+func TestWillDelayCountsObservedTime(t *testing.T) {
+	r := newClockRig(t)
+	wills := make(chan v5Received, 2)
+	obs, _ := v5Client(t, r.broker, "observer", true, wills)
+	v5Subscribe(t, obs, "exp/will/#", 1)
+	cut := func(id string) net.Conn {
+		t.Helper()
+		u, _ := url.Parse(r.broker)
+		nc, err := net.DialTimeout("tcp", u.Host, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: nc})
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		expiry, delay := uint32(60), uint32(2)
+		if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30,
+			Properties:     &paho.ConnectProperties{SessionExpiryInterval: &expiry},
+			WillMessage:    &paho.WillMessage{Topic: "exp/will/" + id, QoS: 1, Payload: []byte(id + " gone")},
+			WillProperties: &paho.WillProperties{WillDelayInterval: &delay}}); err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	_ = cut("a").Close() // the connection dies: its will is due in 2 s
+	_ = cut("b").Close()
+	waitUntil(t, "the broker sees both connections end", func() bool {
+		a, aok := r.b.inst.server.Clients.Get("a")
+		b, bok := r.b.inst.server.Clients.Get("b")
+		return aok && bok && a.Closed() && b.Closed()
+	})
+	v5Session(t, r.broker, "b", false, 60, nil) // b comes back: its will is off
+
+	letWallClockPass(2 * time.Second)
+	select {
+	case m := <-wills:
+		t.Fatalf("%q sent after 2 s of wall clock and no observed time", m.payload)
+	default:
+	}
+	r.fake.Pass(2 * time.Second)
+	select {
+	case m := <-wills:
+		if string(m.payload) != "a gone" {
+			t.Fatalf("will %q sent, want a's", m.payload)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a's will not sent after its delay of observed time")
+	}
+	letWallClockPass(0)
+	select {
+	case m := <-wills:
+		t.Fatalf("%q sent, though its session was resumed within the delay", m.payload)
+	default:
+	}
 }
 
 // A queued message and a retained one, each with a 3 s expiry, outlive
