@@ -15,7 +15,8 @@
 //
 // relay_test.go adds path E (removal after confirmation, the embedded
 // broker's store) to the same boots; startup_test.go cuts the start-ups
-// that compact an outbox and upgrade an old one (paths F and G).
+// that compact an outbox and upgrade an old one (paths F and G);
+// packed_test.go cuts a packed chain on a guest of its own (path P).
 //
 // Run alone (longer than go test's default 10 minute timeout):
 //
