@@ -42,28 +42,14 @@ func (e Encoding) FrameEvent(ev mqttmsg.Event) (fe frame.Event, topic string, er
 		}
 		fe.Topic = env.DestTopic
 	case e.EndToEnd:
-		// The envelope is one Encode wrote: read in its canonical form
-		// first, strictly only if it is not in it.
-		ing, ok := envelope.SplitIngress(ev.Payload)
-		if !ok {
-			var err error
-			if ing, err = envelope.DecodeTracedIngress(ev.Payload); err != nil {
-				return fe, "", errNotPackable
-			}
-		}
-		if ing.EventID != ev.EventID {
+		ing, err := envelope.ReadOwnIngress(ev.Payload) // one Encode wrote
+		if err != nil || ing.EventID != ev.EventID {
 			return fe, "", errNotPackable
 		}
 		fe.Topic, fe.Payload, tc = ing.Topic, ing.Payload, ing.Trace
 	default: // Delivery
-		del, ok := envelope.SplitDelivery(ev.Payload)
-		if !ok {
-			var err error
-			if del, err = envelope.DecodeTracedDelivery(ev.Payload); err != nil {
-				return fe, "", errNotPackable
-			}
-		}
-		if del.EventID != ev.EventID {
+		del, err := envelope.ReadOwnDelivery(ev.Payload)
+		if err != nil || del.EventID != ev.EventID {
 			return fe, "", errNotPackable
 		}
 		fe.Payload, tc = del.Payload, del.Trace

@@ -2,14 +2,30 @@ package envelope
 
 import "bytes"
 
-// SplitIngress reads an ingress envelope in the canonical form EncodeIngress
-// (and AddTraceContext) write, without building a tree: a sender packing
-// the envelopes it stored itself reads each again, and the strict decoder
-// cost more than the rest of packing. The payload is taken as written, so
-// the envelope must be one this package wrote; ok is false for anything
-// else it cannot read as that form (another key order, an escape in a
-// string, an invalid field), and the caller decodes strictly.
-func SplitIngress(b []byte) (in Ingress, ok bool) {
+// ReadOwnIngress decodes an ingress envelope this package wrote
+// (EncodeIngress, AddTraceContext): in that canonical form without building
+// a tree, taking the payload as written; anything else strictly, as
+// DecodeTracedIngress. A sender packing the envelopes it stored reads each
+// again, and the strict decoder cost more than the rest of packing.
+func ReadOwnIngress(b []byte) (Ingress, error) {
+	if in, ok := splitIngress(b); ok {
+		return in, nil
+	}
+	return DecodeTracedIngress(b)
+}
+
+// ReadOwnDelivery is ReadOwnIngress for a delivery envelope.
+func ReadOwnDelivery(b []byte) (Delivery, error) {
+	if del, ok := splitDelivery(b); ok {
+		return del, nil
+	}
+	return DecodeTracedDelivery(b)
+}
+
+// splitIngress reads an ingress envelope in its canonical form; ok is
+// false for anything it cannot read as that form (another key order, an
+// escape in a string, an invalid field).
+func splitIngress(b []byte) (in Ingress, ok bool) {
 	s := splitter{b: b}
 	id, payload, ok := s.eventHead()
 	topic, ok2 := s.stringField(`,"topic":`)
@@ -20,8 +36,8 @@ func SplitIngress(b []byte) (in Ingress, ok bool) {
 	return Ingress{EventID: id, Topic: topic, Payload: payload, Trace: tc}, ok
 }
 
-// SplitDelivery is SplitIngress for a delivery envelope (EncodeDelivery).
-func SplitDelivery(b []byte) (del Delivery, ok bool) {
+// splitDelivery is splitIngress for a delivery envelope.
+func splitDelivery(b []byte) (del Delivery, ok bool) {
 	s := splitter{b: b}
 	id, payload, ok := s.eventHead()
 	if !ok {

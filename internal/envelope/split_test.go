@@ -5,9 +5,10 @@ import (
 	"testing"
 )
 
-// SplitIngress and SplitDelivery read what EncodeIngress, EncodeDelivery
+// splitIngress and splitDelivery read what EncodeIngress, EncodeDelivery
 // and AddTraceContext write exactly as the strict decoders do, and refuse
-// (ok false) what is not in that form, so the caller decodes strictly.
+// (ok false) what is not in that form, which ReadOwnIngress then decodes
+// strictly.
 func TestSplitReadsCanonicalEnvelopesAsTheStrictDecoderDoes(t *testing.T) {
 	payloads := []string{`{}`, `[]`, `0`, `-1.5e3`, `true`, `null`, `"s"`, `"a,\"b\"}]"`,
 		`{"a":[1,{"b":"},{"}],"c":{"d":null}}`, `{"topic":"x","version":1}`, `"ü 日本"`}
@@ -26,9 +27,9 @@ func TestSplitReadsCanonicalEnvelopesAsTheStrictDecoderDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, ok := SplitIngress(in)
+			got, ok := splitIngress(in)
 			if !ok || got.EventID != want.EventID || got.Topic != want.Topic || !bytes.Equal(got.Payload, want.Payload) || got.Trace != want.Trace {
-				t.Fatalf("SplitIngress(%s) = %+v, %v; want %+v", in, got, ok, want)
+				t.Fatalf("splitIngress(%s) = %+v, %v; want %+v", in, got, ok, want)
 			}
 			del, err := EncodeDelivery("ev-2", []byte(p))
 			if err != nil {
@@ -41,15 +42,18 @@ func TestSplitReadsCanonicalEnvelopesAsTheStrictDecoderDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gotDel, ok := SplitDelivery(del)
+			gotDel, ok := splitDelivery(del)
 			if !ok || gotDel.EventID != wantDel.EventID || !bytes.Equal(gotDel.Payload, wantDel.Payload) || gotDel.Trace != wantDel.Trace {
-				t.Fatalf("SplitDelivery(%s) = %+v, %v; want %+v", del, gotDel, ok, wantDel)
+				t.Fatalf("splitDelivery(%s) = %+v, %v; want %+v", del, gotDel, ok, wantDel)
 			}
 		}
 	}
 	quoted, err := EncodeIngress("ev-1", `plant/"a"`, []byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if in, err := ReadOwnIngress(quoted); err != nil || in.Topic != `plant/"a"` {
+		t.Fatalf("ReadOwnIngress(%s) = %+v, %v; want the strict decoder's topic", quoted, in, err)
 	}
 	for _, b := range []string{
 		string(quoted), // an escape in the topic: the strict decoder reads it
@@ -62,8 +66,8 @@ func TestSplitReadsCanonicalEnvelopesAsTheStrictDecoderDoes(t *testing.T) {
 		`{"event_id":"ev-1","payload":{"a":"}`,
 		`{"event_id":"ev-1","payload":{},"topic":"t","traceparent":"00-bad","version":1}`,
 	} {
-		if got, ok := SplitIngress([]byte(b)); ok {
-			t.Errorf("SplitIngress(%s) = %+v, want not ok", b, got)
+		if got, ok := splitIngress([]byte(b)); ok {
+			t.Errorf("splitIngress(%s) = %+v, want not ok", b, got)
 		}
 	}
 }
