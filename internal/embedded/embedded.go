@@ -15,9 +15,9 @@
 // the max_inflight/max_queued limits below). Will messages are the
 // exception: mochi publishes them outside the hooks that make a publish
 // durable, so a crash right after a client died can lose its will. A
-// disconnected MQTT 5 session and a message with an expiry interval go
-// after that interval of time this process observed, whatever the wall
-// clock does (expiry.go).
+// disconnected MQTT 5 session and a message with an expiry interval go,
+// and a delayed will is sent, after that interval of time this process
+// observed, whatever the wall clock does (expiry.go).
 //
 // URL form:
 //
