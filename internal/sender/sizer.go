@@ -66,9 +66,10 @@ import (
 //
 // Bounds: the window is never above max (the user's `window`) and, but for
 // the round trip of a probe, never below floor = min(initialWindow, max)
-// (packed: see above), which is also where a session starts. On loopback the bandwidth-delay product is a handful of records,
-// so a loopback session stays at the floor, which is the fixed window this
-// replaced: loopback latency is unchanged by design. With max 1 the window
+// (packed: see above), which is also where a session starts. On loopback
+// the bandwidth-delay product is a handful of records, so a loopback
+// session stays at the floor, which is the fixed window this replaced:
+// loopback latency is unchanged by design. With max 1 the window
 // is 1: strict stop-and-wait. Loss (a timeout, a lost connection) ends the
 // session; the next one starts a new sizer at the floor (a packed one at
 // initialWindow records if the session before it confirmed nothing).
@@ -162,12 +163,10 @@ const packFloorFrames = 20
 
 // floorWindow is a session's floor in records: initialWindow, or, packing
 // maxEvents records per frame, as many full frames as the server's
-// Receive Maximum rm allows, at most packFloorFrames.
+// Receive Maximum rm allows, at most packFloorFrames (and never below
+// initialWindow).
 func floorWindow(maxEvents, rm int) int {
-	if maxEvents <= 1 {
-		return initialWindow
-	}
-	return min(rm, packFloorFrames) * maxEvents
+	return max(initialWindow, min(rm, packFloorFrames)*maxEvents)
 }
 
 // limit is how many records may be unconfirmed now.

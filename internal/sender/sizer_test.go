@@ -477,4 +477,7 @@ func TestAPackedSessionsFloorIsFramesInEveryPublishAllowed(t *testing.T) {
 	if f := floorWindow(1, 20); f != initialWindow {
 		t.Errorf("unpacked floor %d, want %d", f, initialWindow)
 	}
+	if f := floorWindow(2, 20); f != initialWindow {
+		t.Errorf("floor %d for frames of 2, want no less than the unpacked %d", f, initialWindow)
+	}
 }
