@@ -21,8 +21,9 @@ const quiet = 500 * time.Millisecond
 // reliable_mqtt_out in direct mode, end to end, pack.max_events 64) that
 // receives a frame of 100 events forwards it as two frames of 64 and 36,
 // one PUBLISH each, every event keeping its ID, destination topic and
-// payload in order; it ACKs the source frame once, and only after the
-// consumer ACKed both forwarded frames.
+// payload in order, and its own trace (its forwarded trace context
+// continues the trace it came with); it ACKs the source frame once, and
+// only after the consumer ACKed both forwarded frames.
 func TestADirectOutputForwardsAFrameAsFramesAndACKsItsSourceLast(t *testing.T) {
 	src := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
 	dst := harness.StartMosquitto(t, harness.MosquittoOptions{MaxInflight: 1000})
@@ -39,6 +40,8 @@ input:
     topics: [ reliable/ingress ]
     envelope: ingress
     ack_topic: reliable/acks
+tracer:
+  test_recorder: {}
 output:
   reliable_mqtt_out:
     urls: [ %q ]
@@ -50,6 +53,7 @@ output:
     ack_timeout: 60s
     outbox: { enabled: false }
     pack: { max_events: 64 }
+    trace_context: envelope
 `, src.URL(), dst.URL()))
 	defer func() {
 		s.Stop()
@@ -60,7 +64,8 @@ output:
 
 	var sent []frame.Event
 	for i := 1; i <= 100; i++ {
-		sent = append(sent, frame.Event{ID: fmt.Sprintf("ev-%d", i), Topic: fmt.Sprintf("plant/%d", i%3), Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+		sent = append(sent, frame.Event{ID: fmt.Sprintf("ev-%d", i), Topic: fmt.Sprintf("plant/%d", i%3), Payload: fmt.Appendf(nil, `{"n":%d}`, i),
+			Trace: map[string]string{frame.KeyTraceparent: fmt.Sprintf("00-%032x-%016x-01", i, i)}})
 	}
 	raw, sourceID, err := frame.Encode(sent, frame.Options{Compression: frame.Zstd})
 	if err != nil {
@@ -94,6 +99,11 @@ output:
 	for i, e := range got {
 		if e.ID != sent[i].ID || e.Topic != sent[i].Topic || string(e.Payload) != string(sent[i].Payload) {
 			t.Fatalf("forwarded event %d is %s to %q (%s), want %s to %q (%s)", i, e.ID, e.Topic, e.Payload, sent[i].ID, sent[i].Topic, sent[i].Payload)
+		}
+		// 00-<trace ID>-<span ID>-<flags>: the same trace, a span of the bridge.
+		in, out := sent[i].Trace[frame.KeyTraceparent], e.Trace[frame.KeyTraceparent]
+		if len(out) != len(in) || out[3:35] != in[3:35] || out == in {
+			t.Fatalf("event %s forwarded with traceparent %q, want a span of its own trace %q", e.ID, out, in)
 		}
 	}
 
