@@ -19,7 +19,7 @@ func TestWindowNeverExceedsTheServersReceiveMaximum(t *testing.T) {
 	ob := openOutbox(t, 20)
 	lim := mqttclient.NoLimits
 	lim.ReceiveMaximum = 5
-	w := newWindow(newSizer(64, initialWindow, time.Now()), pubackLimit(lim), time.Minute)
+	w := newWindow(newSizer(64, initialWindow, time.Now()), pubackLimit(lim), 1, time.Minute)
 	var s sent
 	refill(t, w, ob, noSkip, &s)
 	if len(s.ids) != 5 || w.len() != 5 {
@@ -43,7 +43,7 @@ func TestWindowNeverExceedsTheServersReceiveMaximum(t *testing.T) {
 // for its ACK, so a Receive Maximum of 5 bounds only those awaiting a PUBACK.
 func TestEndToEndRecordsPUBACKedDoNotCountAgainstReceiveMaximum(t *testing.T) {
 	ob := openOutbox(t, 40)
-	w := newWindow(newSizer(16, initialWindow, time.Now()), 5, time.Minute)
+	w := newWindow(newSizer(16, initialWindow, time.Now()), 5, 1, time.Minute)
 	var s pending
 	if err := w.refill(ob, noSkip, one(s.publish), noCorrupt(t)); err != nil {
 		t.Fatal(err)

@@ -175,7 +175,7 @@ func (sd *Sender) session(ctx context.Context, conn mqttclient.Conn, stalled boo
 	if !stalled {
 		floor = floorWindow(sd.s.Pack.MaxEvents, rm)
 	}
-	w := newWindow(newSizer(sd.s.Window, floor, time.Now()), rm, wait)
+	w := newWindow(newSizer(sd.s.Window, floor, time.Now()), rm, sd.s.Pack.MaxEvents, wait)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	shown, held := -1, false

@@ -84,6 +84,10 @@ func one(publish func(outbox.Record) Token) publisher {
 type window struct {
 	sz        *sizer
 	pubackMax int
+	// perPublish is the most records one publish carries (pack.max_events,
+	// or 1): a refill reads no more than its publishes can carry, not the
+	// whole room of a large window for every PUBACK that frees a publish.
+	perPublish int
 	wait      time.Duration // how long a flight waits for its confirmation
 	inflight  *list.List    // of *flight, oldest first
 	records   int           // records in inflight's flights
@@ -99,8 +103,8 @@ type window struct {
 	heldByServer bool
 }
 
-func newWindow(sz *sizer, pubackMax int, wait time.Duration) *window {
-	return &window{sz: sz, pubackMax: pubackMax, wait: wait, inflight: list.New(), byID: map[string]*flight{}}
+func newWindow(sz *sizer, pubackMax, perPublish int, wait time.Duration) *window {
+	return &window{sz: sz, pubackMax: pubackMax, perPublish: max(1, perPublish), wait: wait, inflight: list.New(), byID: map[string]*flight{}}
 }
 
 // pubackLimit is how many publishes may await their PUBACK on a
@@ -139,7 +143,7 @@ func (w *window) refill(src source, skip func(seq uint64) bool, publish publishe
 			w.heldByServer = w.heldByServer || pubs <= 0 && w.len() < w.sz.limit()
 			return nil
 		}
-		recs, err := src.Read(w.cursor, n)
+		recs, err := src.Read(w.cursor, min(n, pubs*w.perPublish))
 		var corrupt *outbox.CorruptRecordError
 		if err != nil && !errors.As(err, &corrupt) {
 			return err

@@ -66,7 +66,7 @@ func refill(t *testing.T, w *window, ob *outbox.Outbox, skip func(uint64) bool, 
 // fixedWindow is a window of size records (a sizer whose floor is its
 // bound: size at most initialWindow) on a server without a Receive Maximum.
 func fixedWindow(size int) *window {
-	return newWindow(newSizer(size, initialWindow, time.Now()), pubackLimit(mqttclient.NoLimits), time.Minute)
+	return newWindow(newSizer(size, initialWindow, time.Now()), pubackLimit(mqttclient.NoLimits), 1, time.Minute)
 }
 
 func confirm(t *testing.T, w *window, ids ...string) []uint64 {
@@ -238,5 +238,44 @@ func TestAckQueueIsBounded(t *testing.T) {
 	}
 	if !q.Push("after drain") {
 		t.Fatal("push after drain refused")
+	}
+}
+
+// readCounter is an outbox that counts the records a window asks for.
+type readCounter struct {
+	ob    *outbox.Outbox
+	asked []int
+}
+
+func (r *readCounter) Read(after uint64, max int) ([]outbox.Record, error) {
+	r.asked = append(r.asked, max)
+	return r.ob.Read(after, max)
+}
+
+// A refill reads what its free publishes can carry, not the whole room of
+// a large window: with 1,000 records of room, 2 publishes free and frames
+// of 4, it asks for 8 records and publishes two frames of 4.
+func TestARefillReadsNoMoreThanItsPublishesCarry(t *testing.T) {
+	ob := openOutbox(t, 100)
+	src := &readCounter{ob: ob}
+	w := newWindow(newSizer(1000, 1000, time.Now()), 2, 4, time.Minute)
+	var frames [][]string
+	frameOf4 := func(recs []outbox.Record) (int, string, Token) {
+		n := min(4, len(recs))
+		var ids []string
+		for _, r := range recs[:n] {
+			ids = append(ids, r.EventID)
+		}
+		frames = append(frames, ids)
+		return n, "f-" + ids[0], &testToken{done: make(chan struct{})}
+	}
+	if err := w.refill(src, noSkip, frameOf4, noCorrupt(t)); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"e1", "e2", "e3", "e4"}, {"e5", "e6", "e7", "e8"}}; !slices.EqualFunc(frames, want, slices.Equal) {
+		t.Fatalf("published %v, want %v", frames, want)
+	}
+	if !slices.Equal(src.asked, []int{8}) {
+		t.Fatalf("the refill asked the outbox for %v records, want [8]", src.asked)
 	}
 }
