@@ -88,11 +88,11 @@ type window struct {
 	// or 1): a refill reads no more than its publishes can carry, not the
 	// whole room of a large window for every PUBACK that frees a publish.
 	perPublish int
-	wait      time.Duration // how long a flight waits for its confirmation
-	inflight  *list.List    // of *flight, oldest first
-	records   int           // records in inflight's flights
-	byID      map[string]*flight
-	cursor    uint64 // Seq of the last record read; 0 = from the oldest
+	wait       time.Duration // how long a flight waits for its confirmation
+	inflight   *list.List    // of *flight, oldest first
+	records    int           // records in inflight's flights
+	byID       map[string]*flight
+	cursor     uint64 // Seq of the last record read; 0 = from the oldest
 	// unread are the flights whose publish token has not been read yet, in
 	// publish order, which is the order the broker PUBACKs them in: the
 	// publishes awaiting their PUBACK. With confirm: broker it holds the
