@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // Authenticated ACKs (an opt-in extension of reliomq v1). Anyone who may
@@ -58,7 +59,7 @@ func DecodeAuthAck(b []byte) (Ack, error) {
 		if auth.kind != kindString {
 			return Ack{}, malformedf("auth must be a JSON string, got %s", auth.kind)
 		}
-		a.Auth = auth.text
+		a.Auth = strings.Clone(auth.text) // not a view of the whole message
 	}
 	return a, nil
 }

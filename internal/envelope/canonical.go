@@ -1,8 +1,8 @@
 package envelope
 
 import (
+	"bytes"
 	"strconv"
-	"strings"
 )
 
 // Canonical form is what Python's
@@ -17,18 +17,23 @@ import (
 //     including U+2028, U+2029, '<', '>', '&' and DEL, stays as raw UTF-8;
 //   - integers print their digits as written (Python ints are unbounded),
 //     except that -0 is the int 0;
-//   - floats print as Python's float repr (see pythonFloatRepr).
+//   - floats print as Python's float repr (see appendPythonFloat).
 //
 // encoding/json escapes differently, so this file writes the bytes itself.
 
 // Canonical parses payload as strict JSON (the rules in strictjson.go) and
 // returns its canonical form.
 func Canonical(payload []byte) ([]byte, error) {
+	return appendCanonical(make([]byte, 0, len(payload)), payload)
+}
+
+// appendCanonical appends payload's canonical form to dst.
+func appendCanonical(dst, payload []byte) ([]byte, error) {
 	v, err := parseStrict(payload, 0)
 	if err != nil {
 		return nil, malformedf("payload is not strict JSON: %v", err)
 	}
-	return appendValue(make([]byte, 0, len(payload)), v), nil
+	return appendValue(dst, &v), nil
 }
 
 func appendValue(dst []byte, v *value) []byte {
@@ -89,21 +94,29 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// pythonFloatRepr formats a finite f like Python's repr(float): the shortest
-// digits that round-trip (strconv's -1 precision finds the same digits), in
-// fixed notation with at least one fractional digit when the decimal
-// exponent is in [-4, 16), otherwise in scientific notation with a signed
-// exponent of at least two digits: 25.2, 1.0, 0.0001, -0.0, 1e+16, 1e-05,
-// 1.5e+300.
-func pythonFloatRepr(f float64) string {
-	sci := strconv.FormatFloat(f, 'e', -1, 64) // d[.ddd]e±XX, at least 2 exponent digits, like Python
-	exp, _ := strconv.Atoi(sci[strings.IndexByte(sci, 'e')+1:])
+// appendPythonFloat appends a finite f as Python's repr(float) prints it:
+// the shortest digits that round-trip (strconv's -1 precision finds the
+// same digits), in fixed notation with at least one fractional digit when
+// the decimal exponent is in [-4, 16), otherwise in scientific notation with
+// a signed exponent of at least two digits: 25.2, 1.0, 0.0001, -0.0, 1e+16,
+// 1e-05, 1.5e+300.
+func appendPythonFloat(dst []byte, f float64) []byte {
+	start := len(dst)
+	dst = strconv.AppendFloat(dst, f, 'e', -1, 64) // d[.ddd]e±XX, at least 2 exponent digits, like Python
+	e := start + bytes.IndexByte(dst[start:], 'e')
+	exp := 0
+	for _, c := range dst[e+2:] {
+		exp = exp*10 + int(c-'0')
+	}
+	if dst[e+1] == '-' {
+		exp = -exp
+	}
 	if exp < -4 || exp >= 16 {
-		return sci
+		return dst
 	}
-	fixed := strconv.FormatFloat(f, 'f', -1, 64)
-	if strings.IndexByte(fixed, '.') < 0 {
-		fixed += ".0"
+	dst = strconv.AppendFloat(dst[:start], f, 'f', -1, 64)
+	if bytes.IndexByte(dst[start:], '.') < 0 {
+		dst = append(dst, '.', '0')
 	}
-	return fixed
+	return dst
 }

@@ -84,16 +84,15 @@ func EncodeIngress(eventID, topic string, payload []byte) ([]byte, error) {
 	if err := CheckPublishTopic(topic); err != nil {
 		return nil, err
 	}
-	canon, err := Canonical(payload)
-	if err != nil {
-		return nil, err
-	}
 	// Keys in sorted order: event_id, payload, topic, version.
-	out := make([]byte, 0, len(canon)+len(eventID)+len(topic)+48)
+	out := make([]byte, 0, len(payload)+len(eventID)+len(topic)+len(`{"event_id":"","payload":,"topic":"","version":1}`))
 	out = append(out, `{"event_id":`...)
 	out = appendString(out, eventID)
 	out = append(out, `,"payload":`...)
-	out = append(out, canon...)
+	out, err := appendCanonical(out, payload)
+	if err != nil {
+		return nil, err
+	}
 	out = append(out, `,"topic":`...)
 	out = appendString(out, topic)
 	out = append(out, `,"version":1}`...)
@@ -105,15 +104,14 @@ func EncodeDelivery(eventID string, payload []byte) ([]byte, error) {
 	if err := CheckEventID(eventID); err != nil {
 		return nil, err
 	}
-	canon, err := Canonical(payload)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, len(canon)+len(eventID)+36)
+	out := make([]byte, 0, len(payload)+len(eventID)+len(`{"event_id":"","payload":,"version":1}`))
 	out = append(out, `{"event_id":`...)
 	out = appendString(out, eventID)
 	out = append(out, `,"payload":`...)
-	out = append(out, canon...)
+	out, err := appendCanonical(out, payload)
+	if err != nil {
+		return nil, err
+	}
 	out = append(out, `,"version":1}`...)
 	return out, nil
 }
@@ -123,7 +121,7 @@ func EncodeAck(eventID string) ([]byte, error) {
 	if err := CheckEventID(eventID); err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(eventID)+28)
+	out := make([]byte, 0, len(eventID)+len(`{"event_id":"","version":1}`))
 	out = append(out, `{"event_id":`...)
 	out = appendString(out, eventID)
 	out = append(out, `,"version":1}`...)
@@ -267,14 +265,14 @@ func eventIDField(v *value) (string, error) {
 	if v.kind != kindString {
 		return "", malformedf("event_id must be a JSON string, got %s", v.kind)
 	}
-	return v.text, CheckEventID(v.text)
+	return strings.Clone(v.text), CheckEventID(v.text) // not a view of the whole message
 }
 
 func topicField(v *value) (string, error) {
 	if v.kind != kindString {
 		return "", malformedf("topic must be a JSON string, got %s", v.kind)
 	}
-	return v.text, CheckPublishTopic(v.text)
+	return strings.Clone(v.text), CheckPublishTopic(v.text)
 }
 
 // CheckEventID reports whether id matches ^[A-Za-z0-9_-]{1,128}$, the only

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -77,16 +78,26 @@ type syntaxError struct {
 func (e *syntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.msg, e.offset) }
 
 type parser struct {
-	data     []byte
+	data []byte
+	// src is data as one string: strings without escapes and numbers
+	// already in canonical form are substrings of it, so a value costs no
+	// allocation of its own. Strings that leave the package (event IDs,
+	// topics, trace keys) are cloned so they do not pin the whole message.
+	src      string
 	pos      int
 	depth    int
 	maxDepth int
+	// elems and members are stacks the open containers share: children
+	// collect here and move into one exactly sized slice when their
+	// container closes, instead of growing a slice per container.
+	elems   []value
+	members []member
 }
 
 // parseStrict parses data as one strict JSON value. envelopeLevels is how
 // many levels of arrays and objects wrap the payload (1 for a message, 0
 // for a bare payload); the payload may nest MaxPayloadDepth more.
-func parseStrict(data []byte, envelopeLevels int) (*value, error) {
+func parseStrict(data []byte, envelopeLevels int) (value, error) {
 	if !utf8.Valid(data) {
 		off := 0
 		for off < len(data) {
@@ -96,22 +107,42 @@ func parseStrict(data []byte, envelopeLevels int) (*value, error) {
 			}
 			off += n
 		}
-		return nil, &syntaxError{"invalid UTF-8", off}
+		return value{}, &syntaxError{"invalid UTF-8", off}
 	}
-	p := &parser{data: data, maxDepth: MaxPayloadDepth + envelopeLevels}
+	p := parsers.Get().(*parser)
+	defer p.release()
+	p.data, p.src, p.pos, p.depth, p.maxDepth = data, string(data), 0, 0, MaxPayloadDepth+envelopeLevels
 	p.skipSpace()
 	if p.pos == len(data) {
-		return nil, &syntaxError{"no JSON value (empty input)", p.pos}
+		return value{}, &syntaxError{"no JSON value (empty input)", p.pos}
 	}
-	var v value
-	if err := p.parseValue(&v); err != nil {
-		return nil, err
+	v, err := p.parseValue()
+	if err != nil {
+		return value{}, err
 	}
 	p.skipSpace()
 	if p.pos != len(data) {
-		return nil, p.errorf("extra data after the JSON value")
+		return value{}, p.errorf("extra data after the JSON value")
 	}
-	return &v, nil
+	return v, nil
+}
+
+// parsers keeps parsers with their stacks between payloads, so a reading
+// costs no stack growth.
+var parsers = sync.Pool{New: func() any { return new(parser) }}
+
+// maxPooledStack bounds the stacks a pooled parser keeps: a huge payload's
+// are left to the garbage collector.
+const maxPooledStack = 256
+
+// release forgets the payload and returns p to the pool (popChildren
+// cleared the stacks, whose old entries would pin the payload's strings).
+func (p *parser) release() {
+	if cap(p.elems) > maxPooledStack || cap(p.members) > maxPooledStack {
+		return
+	}
+	*p = parser{elems: p.elems[:0], members: p.members[:0]}
+	parsers.Put(p)
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -130,42 +161,43 @@ func (p *parser) skipSpace() {
 	}
 }
 
-func (p *parser) parseValue(v *value) error {
+// parseValue and the parse functions it calls return values rather than
+// fill in pointers: a pointer passed down the recursion would make every
+// value escape to the heap.
+func (p *parser) parseValue() (value, error) {
 	rest := p.data[p.pos:]
 	switch c := rest[0]; {
 	case c == '{':
-		return p.parseObject(v)
+		return p.parseObject()
 	case c == '[':
-		return p.parseArray(v)
+		return p.parseArray()
 	case c == '"':
 		s, err := p.parseString()
-		*v = value{kind: kindString, text: s}
-		return err
+		return value{kind: kindString, text: s}, err
 	case c == '-' || c >= '0' && c <= '9':
 		if hasPrefix(rest, "-Infinity") {
-			return p.errorf("-Infinity is not allowed")
+			return value{}, p.errorf("-Infinity is not allowed")
 		}
-		return p.parseNumber(v)
+		return p.parseNumber()
 	case hasPrefix(rest, "true"):
 		p.pos += 4
-		*v = value{kind: kindBool, text: "true"}
+		return value{kind: kindBool, text: "true"}, nil
 	case hasPrefix(rest, "false"):
 		p.pos += 5
-		*v = value{kind: kindBool, text: "false"}
+		return value{kind: kindBool, text: "false"}, nil
 	case hasPrefix(rest, "null"):
 		p.pos += 4
-		*v = value{kind: kindNull, text: "null"}
+		return value{kind: kindNull, text: "null"}, nil
 	case hasPrefix(rest, "NaN"):
-		return p.errorf("NaN is not allowed")
+		return value{}, p.errorf("NaN is not allowed")
 	case hasPrefix(rest, "Infinity"):
-		return p.errorf("Infinity is not allowed")
+		return value{}, p.errorf("Infinity is not allowed")
 	case hasPrefix(rest, "\uFEFF"):
-		return p.errorf("UTF-8 byte order mark is not allowed")
+		return value{}, p.errorf("UTF-8 byte order mark is not allowed")
 	default:
 		r, _ := utf8.DecodeRune(rest)
-		return p.errorf("invalid character %q, expecting a JSON value", r)
+		return value{}, p.errorf("invalid character %q, expecting a JSON value", r)
 	}
-	return nil
 }
 
 func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
@@ -178,16 +210,18 @@ func (p *parser) enter() error {
 	return nil
 }
 
-func (p *parser) parseArray(v *value) error {
-	*v = value{kind: kindArray}
-	return p.parseContainer(']', "a JSON value", func() error {
-		v.elems = append(v.elems, value{})
-		return p.parseValue(&v.elems[len(v.elems)-1])
+func (p *parser) parseArray() (value, error) {
+	base := len(p.elems)
+	err := p.parseContainer(']', "a JSON value", func() error {
+		e, err := p.parseValue()
+		p.elems = append(p.elems, e)
+		return err
 	})
+	return value{kind: kindArray, elems: popChildren(&p.elems, base, err == nil)}, err
 }
 
-func (p *parser) parseObject(v *value) error {
-	*v = value{kind: kindObject}
+func (p *parser) parseObject() (value, error) {
+	base := len(p.members)
 	err := p.parseContainer('}', "an object key", func() error {
 		if p.data[p.pos] != '"' {
 			return p.errorf("invalid character %q, expecting a double-quoted object key", p.peekRune())
@@ -210,16 +244,29 @@ func (p *parser) parseObject(v *value) error {
 		if p.pos == len(p.data) {
 			return p.errorf("unexpected end of input, expecting a JSON value")
 		}
-		if err := p.parseValue(&m.val); err != nil {
+		if m.val, err = p.parseValue(); err != nil {
 			return err
 		}
-		v.members = append(v.members, m)
+		p.members = append(p.members, m)
 		return nil
 	})
+	v := value{kind: kindObject, members: popChildren(&p.members, base, err == nil)}
 	if err != nil {
-		return err
+		return v, err
 	}
-	return sortMembers(v.members)
+	return v, sortMembers(v.members)
+}
+
+// popChildren takes the children a container pushed on stack since base
+// off it, returning them in their own slice when keep is set.
+func popChildren[T any](stack *[]T, base int, keep bool) []T {
+	var out []T
+	if keep && len(*stack) > base {
+		out = slices.Clone((*stack)[base:])
+	}
+	clear((*stack)[base:])
+	*stack = (*stack)[:base]
+	return out
 }
 
 // parseContainer parses an array or object from its opening byte at p.pos
@@ -292,7 +339,7 @@ func (p *parser) parseString() (string, error) {
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		if c == '"' {
-			s := string(p.data[start:p.pos])
+			s := p.src[start:p.pos]
 			p.pos++
 			return s, nil
 		}
@@ -401,7 +448,7 @@ func hex4(b []byte) (rune, bool) {
 }
 
 // parseNumber parses an RFC 8259 number and stores its canonical form.
-func (p *parser) parseNumber(v *value) error {
+func (p *parser) parseNumber() (value, error) {
 	start := p.pos
 	d := p.data
 	if d[p.pos] == '-' {
@@ -416,7 +463,7 @@ func (p *parser) parseNumber(v *value) error {
 			p.pos++
 		}
 	default:
-		return p.errorf("invalid number: expecting a digit")
+		return value{}, p.errorf("invalid number: expecting a digit")
 	}
 	intDigits := p.pos - digitsStart
 	isFloat := false
@@ -424,7 +471,7 @@ func (p *parser) parseNumber(v *value) error {
 		isFloat = true
 		p.pos++
 		if !p.digits() {
-			return p.errorf("invalid number: expecting a digit after the decimal point")
+			return value{}, p.errorf("invalid number: expecting a digit after the decimal point")
 		}
 	}
 	if p.pos < len(d) && (d[p.pos] == 'e' || d[p.pos] == 'E') {
@@ -434,19 +481,18 @@ func (p *parser) parseNumber(v *value) error {
 			p.pos++
 		}
 		if !p.digits() {
-			return p.errorf("invalid number: expecting a digit in the exponent")
+			return value{}, p.errorf("invalid number: expecting a digit in the exponent")
 		}
 	}
-	text := string(d[start:p.pos])
+	text := p.src[start:p.pos]
 	if !isFloat {
 		if intDigits > maxIntDigits {
-			return &syntaxError{fmt.Sprintf("integer has %d digits; reliomq (Python) accepts at most %d", intDigits, maxIntDigits), start}
+			return value{}, &syntaxError{fmt.Sprintf("integer has %d digits; reliomq (Python) accepts at most %d", intDigits, maxIntDigits), start}
 		}
 		if text == "-0" { // Python: int("-0") == 0, printed "0"
 			text = "0"
 		}
-		*v = value{kind: kindNumber, text: text}
-		return nil
+		return value{kind: kindNumber, text: text}, nil
 	}
 	f, _ := strconv.ParseFloat(text, 64) // syntax already checked; range checked below
 	if math.IsInf(f, 0) {
@@ -454,10 +500,13 @@ func (p *parser) parseNumber(v *value) error {
 		if len(short) > 40 {
 			short = short[:40] + "…"
 		}
-		return &syntaxError{fmt.Sprintf("number %s overflows to infinity", short), start}
+		return value{}, &syntaxError{fmt.Sprintf("number %s overflows to infinity", short), start}
 	}
-	*v = value{kind: kindNumber, text: pythonFloatRepr(f), isFloat: true}
-	return nil
+	var buf [32]byte
+	if repr := appendPythonFloat(buf[:0], f); string(repr) != text {
+		text = string(repr)
+	}
+	return value{kind: kindNumber, text: text, isFloat: true}, nil
 }
 
 // digits consumes one or more ASCII digits and reports whether there was one.

@@ -3,6 +3,7 @@ package envelope
 import (
 	"bytes"
 	"errors"
+	"strings"
 )
 
 // Trace context in envelopes (an opt-in extension of reliomq v1, like the
@@ -75,7 +76,7 @@ func AddTraceContext(env []byte, tc TraceContext) ([]byte, error) {
 // own (a payload may contain one; that is not the envelope's).
 func hasTraceKey(env []byte) bool {
 	v, err := parseStrict(env, 1)
-	return err == nil && v.kind == kindObject && traceKeyIndex(v) >= 0
+	return err == nil && v.kind == kindObject && traceKeyIndex(&v) >= 0
 }
 
 // traceKeyIndex is the index of v's first trace key member, -1 when none.
@@ -122,7 +123,7 @@ func traceFields(parent, state *value) (TraceContext, error) {
 		if f.v.kind != kindString {
 			return TraceContext{}, malformedf("%s must be a JSON string, got %s", f.key, f.v.kind)
 		}
-		*f.dst = f.v.text
+		*f.dst = strings.Clone(f.v.text) // not a view of the whole message
 	}
 	if parent == nil && state == nil {
 		return tc, nil
@@ -178,7 +179,7 @@ func isLowerHex(s string) bool {
 // time) and in nothing else: compare them without it.
 func WithoutTraceContext(env []byte) []byte {
 	v, err := parseStrict(env, 1)
-	if err != nil || v.kind != kindObject || traceKeyIndex(v) < 0 || !hasKey(v, "event_id") || !hasKey(v, "version") {
+	if err != nil || v.kind != kindObject || traceKeyIndex(&v) < 0 || !hasKey(&v, "event_id") || !hasKey(&v, "version") {
 		return env
 	}
 	kept := v.members[:0:0]
@@ -188,5 +189,5 @@ func WithoutTraceContext(env []byte) []byte {
 		}
 	}
 	v.members = kept
-	return appendValue(make([]byte, 0, len(env)), v)
+	return appendValue(make([]byte, 0, len(env)), &v)
 }
