@@ -17,3 +17,18 @@ func BenchmarkEncodeDelivery(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeIngress is what a consumer does per reading it receives.
+func BenchmarkDecodeIngress(b *testing.B) {
+	msg, err := EncodeIngress(NewEventID(), "plant-a/press-1", benchReading)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeIngress(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

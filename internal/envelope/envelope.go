@@ -172,7 +172,8 @@ type event struct {
 // kind's own keys (which sort between payload and traceparent), with
 // traced the optional trace context, and version.
 func decodeEvent(b []byte, what string, traced bool, own ...string) (event, error) {
-	keys := append([]string{"event_id", "payload"}, own...)
+	var keyBuf [8]string // room for every kind's keys: no allocation
+	keys := append(append(keyBuf[:0], "event_id", "payload"), own...)
 	if traced {
 		keys = append(keys, "?traceparent", "?tracestate")
 	}
@@ -180,7 +181,8 @@ func decodeEvent(b []byte, what string, traced bool, own ...string) (event, erro
 	if err != nil {
 		return event{}, err
 	}
-	ev := event{payload: appendValue(nil, fields[1]), rest: fields[2 : 2+len(own)]}
+	// The canonical payload is rarely longer than the message holding it.
+	ev := event{payload: appendValue(make([]byte, 0, len(b)), fields[1]), rest: fields[2 : 2+len(own)]}
 	if ev.id, err = eventIDField(fields[0]); err != nil {
 		return event{}, err
 	}
