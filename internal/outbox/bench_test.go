@@ -275,3 +275,39 @@ func BenchmarkOpenAfterDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRemove1024 is the committer's CPU for removing 1,024 confirmed
+// records (one full transaction) from 4,096 pending: the transaction is
+// rolled back, so no fsync is timed and every round removes the same ones.
+func BenchmarkRemove1024(b *testing.B) {
+	o := openT(b, filepath.Join(b.TempDir(), "out.db"), Options{})
+	entries := make([]Entry, 4096)
+	for i := range entries {
+		entries[i] = Entry{Event: mqttmsg.Event{EventID: fmt.Sprintf("e%d", i), Topic: "bench/topic", Payload: benchPayload}}
+	}
+	recs, errs := o.AppendBatch(context.Background(), entries)
+	seqs := make([]uint64, 1024)
+	for i := range seqs {
+		if errs[i] != nil {
+			b.Fatal(errs[i])
+		}
+		seqs[i] = recs[i].Seq
+	}
+	errRollback := fmt.Errorf("roll back")
+	b.ReportAllocs()
+	for b.Loop() {
+		err := o.file.Update(func(tx *bolt.Tx) error {
+			n, _, err := o.remove(tx, seqs, &delta{})
+			if err == nil && n != len(seqs) {
+				err = fmt.Errorf("removed %d of %d", n, len(seqs))
+			}
+			if err == nil {
+				err = errRollback
+			}
+			return err
+		})
+		if err != errRollback {
+			b.Fatal(err)
+		}
+	}
+}

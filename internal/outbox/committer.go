@@ -356,10 +356,13 @@ func runParticipant(p func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
 // runs only for Remove, which the sender calls after each record's
 // confirmation. A record it cannot decode is not dropped: it is moved aside.
 func (o *Outbox) remove(tx *bolt.Tx, seqs []uint64, d *delta) (n int, nbytes int64, err error) {
-	records, ids := tx.Bucket(bucketRecords), tx.Bucket(bucketIDs)
+	// One seek per key, where Get then Delete would search the tree twice:
+	// a cursor deletes where it stands, and a seek starts from the root, so
+	// one cursor per bucket serves the whole loop.
+	records, ids := tx.Bucket(bucketRecords).Cursor(), tx.Bucket(bucketIDs).Cursor()
 	for _, seq := range seqs {
 		key := seqKey(seq)
-		v := records.Get(key)
+		v := seekExact(records, key)
 		if v == nil {
 			continue
 		}
@@ -370,18 +373,28 @@ func (o *Outbox) remove(tx *bolt.Tx, seqs []uint64, d *delta) (n int, nbytes int
 			}
 			continue
 		}
-		if k := ids.Get(view.eventID); k != nil && seqFromKey(k) == seq {
-			if err := ids.Delete(view.eventID); err != nil {
+		if k := seekExact(ids, view.eventID); k != nil && seqFromKey(k) == seq {
+			if err := ids.Delete(); err != nil {
 				return 0, 0, err
 			}
 		}
 		nbytes += view.size()
-		if err := records.Delete(key); err != nil {
+		if err := records.Delete(); err != nil {
 			return 0, 0, err
 		}
 		n++
 	}
 	return n, nbytes, nil
+}
+
+// seekExact moves c to key and returns its value, nil when key is absent
+// (as Bucket.Get).
+func seekExact(c *bolt.Cursor, key []byte) []byte {
+	k, v := c.Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
 }
 
 // setAsideIn moves one damaged record aside inside tx and counts it in d.
