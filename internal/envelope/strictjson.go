@@ -447,7 +447,7 @@ func hex4(b []byte) (rune, bool) {
 	return r, true
 }
 
-// parseNumber parses an RFC 8259 number and stores its canonical form.
+// parseNumber parses an RFC 8259 number and returns it in canonical form.
 func (p *parser) parseNumber() (value, error) {
 	start := p.pos
 	d := p.data
