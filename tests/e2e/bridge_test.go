@@ -118,6 +118,9 @@ func TestBridgeLosesNothingWhenKilledRepeatedlyAndTheDestinationRestarts(t *test
 		t.Run(name, func(t *testing.T) {
 			const n = 400
 			r := startBridgeRig(t, n, custody)
+			// The shipped bridge packs: what it forwards must travel in
+			// frames, so the kills fall while frames are in flight.
+			forwarded := harness.Subscribe(t, r.dest.URL(), "bridge-kill-watch-"+name, false, "reliable/deliveries")
 			rng := testRand(t, 7)
 			for kill := 0; kill < 4; kill++ {
 				time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond)
@@ -129,6 +132,10 @@ func TestBridgeLosesNothingWhenKilledRepeatedlyAndTheDestinationRestarts(t *test
 				r.bridge.Restart()
 			}
 			r.finish(t, n)
+			if forwarded.Frames() == 0 {
+				t.Fatalf("none of the %d publishes the bridge forwarded was a frame: the kills hit no frame in flight", len(forwarded.Messages()))
+			}
+			t.Logf("%d of %d forwarded publishes were frames", forwarded.Frames(), len(forwarded.Messages()))
 		})
 	}
 }
