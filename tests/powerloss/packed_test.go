@@ -12,7 +12,8 @@ import (
 // Path P: a packed chain. Two processes on one disk:
 //
 //	p-pub  generate (128 readings a second, in batches of 32: more
-//	       than the emulated guest applies, so frames queue) ->
+//	       than p-sub, which takes 15 ms a reading, can apply, so
+//	       frames queue however fast the machine) ->
 //	       [reliable_mqtt_out (outbox /data/p-outbox.db, confirm:
 //	       end_to_end, pack.max_events 64), stdout]: "P-<cycle>-<n>" once
 //	       the record is in the outbox. It runs the embedded broker
@@ -42,7 +43,14 @@ func init() {
 	configs["cfg/p-drain.yaml"] = packedPublisher(`
     interval: 1s
     mapping: root = deleted()`)
-	configs["cfg/p-sub.yaml"] = `
+	configs["cfg/p-sub.yaml"] = packedSubscriber("\n    - sleep: { duration: 15ms } # per reading: at most ~66 a second, below p-pub's 128")
+	// The drain boot's subscriber (the same session) applies at full speed.
+	configs["cfg/p-drain-sub.yaml"] = packedSubscriber("")
+}
+
+// packedSubscriber is p-sub with first, a processor, ahead of the ledger.
+func packedSubscriber(first string) string {
+	return `
 http: {enabled: false}
 logger: {level: WARN}
 input:
@@ -54,7 +62,7 @@ input:
     envelope: ingress
     ack_topic: powerloss/p-acks
 pipeline:
-  processors:
+  processors:` + first + `
     - dedup_ledger:
         sql:
           driver: sqlite
@@ -211,7 +219,7 @@ func packedFaults(st packedState, acked, received []string) (lost, unapplied, tw
 func TestPackedChainSurvivesPowerCuts(t *testing.T) {
 	rng := testRand(t, 4)
 	g := newGuest(t, "", "p-pub p-sub")
-	drain := newGuest(t, "", "p-drain p-sub")
+	drain := newGuest(t, "", "p-drain p-drain-sub")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	disk(t, img, 128)
 	n := cuts(t, 6)
